@@ -1,0 +1,121 @@
+// Frame construction with per-version header escaping.
+#include "dataplane/session/builder.h"
+
+#include <charconv>
+#include <cstring>
+
+namespace sluice::session {
+
+FrameWriter::FrameWriter(std::span<char> out, Command command, Version version)
+    : out_(out),
+      escaped_(version >= Version::k1_1 && command_escapes_headers(command)),
+      version_(version) {
+  put(command_name(command));
+  put("\n");
+}
+
+void FrameWriter::put(std::string_view s) {
+  if (!ok_ || s.size() > out_.size() - n_) {
+    ok_ = false;
+    return;
+  }
+  std::memcpy(out_.data() + n_, s.data(), s.size());
+  n_ += s.size();
+}
+
+void FrameWriter::put_escaped(std::string_view s, bool is_name) {
+  for (char c : s) {
+    if (!ok_) return;
+    if (escaped_) {
+      switch (c) {
+        case '\n':
+          put("\\n");
+          continue;
+        case ':':
+          put("\\c");
+          continue;
+        case '\\':
+          put("\\\\");
+          continue;
+        case '\r':
+          // 1.1 has no escape for CR, and a raw CR before LF would read as a line end.
+          if (version_ >= Version::k1_2) {
+            put("\\r");
+          } else {
+            ok_ = false;
+          }
+          continue;
+        default:
+          break;
+      }
+    } else if (c == '\n' || c == '\r' || (is_name && c == ':')) {
+      // Unescaped frames (1.0, CONNECTED) cannot carry these octets at all.
+      ok_ = false;
+      return;
+    }
+    put(std::string_view(&c, 1));
+  }
+}
+
+FrameWriter& FrameWriter::header(std::string_view name, std::string_view value) {
+  if (name.empty()) ok_ = false;
+  put_escaped(name, true);
+  put(":");
+  put_escaped(value, false);
+  put("\n");
+  return *this;
+}
+
+FrameWriter& FrameWriter::header_raw(std::string_view name, std::string_view raw_value) {
+  if (name.empty() || raw_value.find_first_of("\r\n") != std::string_view::npos) ok_ = false;
+  put_escaped(name, true);
+  put(":");
+  put(raw_value);
+  put("\n");
+  return *this;
+}
+
+FrameWriter& FrameWriter::header(std::string_view name, uint64_t value) {
+  char digits[20];
+  auto r = std::to_chars(digits, digits + sizeof digits, value);
+  return header(name, std::string_view(digits, size_t(r.ptr - digits)));
+}
+
+std::optional<std::string_view> FrameWriter::finish(std::string_view body) {
+  if (!body.empty()) header("content-length", uint64_t(body.size()));
+  put("\n");
+  put(body);
+  put(std::string_view("\0", 1));
+  if (!ok_) return std::nullopt;
+  return std::string_view(out_.data(), n_);
+}
+
+std::optional<std::string_view> build_connected(std::span<char> out, Version v,
+                                                std::string_view server) {
+  return FrameWriter(out, Command::kConnected, v)
+      .header("version", version_name(v))
+      .header("heart-beat", "0,0")
+      .header("server", server)
+      .finish();
+}
+
+std::optional<std::string_view> build_receipt(std::span<char> out, Version v,
+                                              std::string_view receipt_id) {
+  return FrameWriter(out, Command::kReceipt, v).header("receipt-id", receipt_id).finish();
+}
+
+std::optional<std::string_view> build_receipt_raw(std::span<char> out, Version v,
+                                                  std::string_view raw_receipt_id) {
+  return FrameWriter(out, Command::kReceipt, v).header_raw("receipt-id", raw_receipt_id).finish();
+}
+
+std::optional<std::string_view> build_error(std::span<char> out, Version v, const ErrorFrame& e) {
+  FrameWriter w(out, Command::kError, v);
+  if (!e.version.empty()) w.header("version", e.version);
+  w.header("message", e.message);
+  if (!e.receipt_id.empty()) w.header_raw("receipt-id", e.receipt_id);
+  if (!e.detail.empty()) w.header("content-type", "text/plain");
+  return w.finish(e.detail);
+}
+
+}  // namespace sluice::session

@@ -1,0 +1,26 @@
+// Validation of the session core's settings; messages name the config key.
+#include "dataplane/session/config.h"
+
+namespace sluice::session {
+
+std::string SessionConfig::validate() const {
+  if (!frame_limits.valid()) {
+    return "frame limits: frame_bytes_max must be 64..67108864, header_count_max 1..1024, "
+           "header_line_bytes_max 16..frame_bytes_max, body_bytes_max <= frame_bytes_max";
+  }
+  if (prelude_bytes_max < 64 || prelude_bytes_max > frame_limits.kFrameBytesCeiling) {
+    return "prelude_bytes_max must be between 64 and 67108864";
+  }
+  if (frame_timeout_ns <= 0) return "frame_timeout must be positive";
+  if (prelude_idle_timeout_ns <= 0) return "prelude_idle_timeout must be positive";
+  if (versions.empty()) return "versions must name at least one of 1.0, 1.1, 1.2";
+  for (const std::string& p : owned_prefixes) {
+    if (p.empty()) return "owned_prefixes must not contain an empty prefix";
+  }
+  if (default_vhost.empty() || default_vhost.size() > 255) {
+    return "default_vhost must be 1..255 bytes";
+  }
+  return {};
+}
+
+}  // namespace sluice::session

@@ -1,0 +1,253 @@
+// Incremental STOMP frame parser. Every limit is checked against a window fixed by the bytes
+// already seen, so the event produced for a byte stream never depends on how it was split.
+#include "dataplane/session/parser.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "dataplane/session/assert.h"
+
+namespace sluice::session {
+namespace {
+
+constexpr size_t kNotFound = ~size_t{0};
+
+// Index of the first '\n' or NUL in buf[from, to), or kNotFound.
+size_t find_eol_or_nul(std::string_view buf, size_t from, size_t to) {
+  if (from >= to) return kNotFound;
+  const char* base = buf.data();
+  const void* lf = std::memchr(base + from, '\n', to - from);
+  size_t limit = lf ? size_t(static_cast<const char*>(lf) - base) : to;
+  const void* nul = std::memchr(base + from, '\0', limit - from);
+  if (nul) return size_t(static_cast<const char*>(nul) - base);
+  return lf ? limit : kNotFound;
+}
+
+std::string_view strip_cr(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line;
+}
+
+// content-length: 1 to 10 decimal digits, nothing else.
+bool parse_length(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > 10) return false;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+Header Frame::header(size_t i) const {
+  SLUICE_ASSERT(i < header_count_);
+  const detail::HeaderSlot& s = slots_[i];
+  return Header{bytes_.substr(s.name_off, s.name_len), bytes_.substr(s.value_off, s.value_len)};
+}
+
+std::optional<size_t> Frame::find_index(std::string_view name) const {
+  for (size_t i = 0; i < header_count_; ++i) {
+    const detail::HeaderSlot& s = slots_[i];
+    if (header_equals(bytes_.substr(s.name_off, s.name_len), escaped_, name)) return i;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string_view> Frame::find(std::string_view name) const {
+  if (auto i = find_index(name)) return header(*i).value;
+  return std::nullopt;
+}
+
+Parser::Parser(const FrameLimits& limits)
+    : limits_(limits), slots_(new detail::HeaderSlot[limits.header_count_max]) {
+  SLUICE_ASSERT(limits_.valid());
+}
+
+void Parser::reset() {
+  state_ = State::kGap;
+  error_ = ParseError::kNone;
+  pos_ = 0;
+}
+
+ParseResult Parser::fail(ParseError e) {
+  state_ = State::kError;
+  error_ = e;
+  return ParseResult{ParseResult::Status::kError, e, 0};
+}
+
+ParseResult Parser::parse(std::string_view buf) {
+  switch (state_) {
+    case State::kError:
+      return ParseResult{ParseResult::Status::kError, error_, 0};
+    case State::kGap:
+      if (buf.empty()) return ParseResult{};
+      if (buf[0] == '\n') return ParseResult{ParseResult::Status::kHeartbeat, ParseError::kNone, 1};
+      if (buf[0] == '\r') {
+        if (buf.size() < 2) return ParseResult{};
+        if (buf[1] == '\n') {
+          return ParseResult{ParseResult::Status::kHeartbeat, ParseError::kNone, 2};
+        }
+        return fail(ParseError::kUnknownCommand);
+      }
+      state_ = State::kCommand;
+      pos_ = 0;
+      return scan_command(buf);
+    case State::kCommand:
+      return scan_command(buf);
+    case State::kHeaders:
+      return scan_headers(buf);
+    case State::kBody:
+      return scan_body(buf);
+  }
+  return fail(ParseError::kUnknownCommand);
+}
+
+ParseResult Parser::scan_command(std::string_view buf) {
+  // The LF must come within the longest command plus CR.
+  size_t cap = kCommandLineBytesMax + 1;
+  size_t to = std::min(buf.size(), cap);
+  size_t i = find_eol_or_nul(buf, pos_, to);
+  if (i == kNotFound) {
+    if (buf.size() >= cap) return fail(ParseError::kUnknownCommand);
+    pos_ = to;
+    return ParseResult{};
+  }
+  if (buf[i] == '\0') return fail(ParseError::kUnknownCommand);
+  std::optional<Command> c = parse_command(strip_cr(buf.substr(0, i)));
+  if (!c) return fail(ParseError::kUnknownCommand);
+  command_ = *c;
+  escaped_ = version_ >= Version::k1_1 && command_escapes_headers(command_);
+  header_count_ = 0;
+  content_length_ = -1;
+  line_start_ = pos_ = i + 1;
+  state_ = State::kHeaders;
+  return scan_headers(buf);
+}
+
+ParseResult Parser::scan_headers(std::string_view buf) {
+  // The blank line ending the headers must leave room for at least the NUL.
+  const size_t frame_cap = limits_.frame_bytes_max - 1;
+  for (;;) {
+    // LF index bound: line content (<= limit) plus an optional CR.
+    const size_t line_cap = line_start_ + limits_.header_line_bytes_max + 2;
+    const size_t cap = std::min(frame_cap, line_cap);
+    const size_t to = std::min(buf.size(), cap);
+    const size_t i = find_eol_or_nul(buf, pos_, to);
+    if (i == kNotFound) {
+      if (buf.size() >= cap) {
+        return fail(line_cap <= frame_cap ? ParseError::kHeaderLineTooLong
+                                          : ParseError::kFrameTooLarge);
+      }
+      pos_ = to;
+      return ParseResult{};
+    }
+    if (buf[i] == '\0') return fail(ParseError::kNulInHeaders);
+    std::string_view line = strip_cr(buf.substr(line_start_, i - line_start_));
+    if (line.size() > limits_.header_line_bytes_max) return fail(ParseError::kHeaderLineTooLong);
+    if (line.empty()) {
+      body_start_ = pos_ = i + 1;
+      break;
+    }
+    ParseError e = ParseError::kNone;
+    if (!take_header(line, line_start_, &e)) return fail(e);
+    line_start_ = pos_ = i + 1;
+  }
+  if (content_length_ >= 0) {
+    if (content_length_ > 0 && !command_allows_body(command_)) {
+      return fail(ParseError::kBodyNotAllowed);
+    }
+    if (content_length_ > int64_t(limits_.body_bytes_max)) return fail(ParseError::kBodyTooLarge);
+    if (body_start_ + size_t(content_length_) + 1 > limits_.frame_bytes_max) {
+      return fail(ParseError::kFrameTooLarge);
+    }
+  }
+  state_ = State::kBody;
+  return scan_body(buf);
+}
+
+bool Parser::take_header(std::string_view line, size_t line_start, ParseError* error) {
+  if (header_count_ == limits_.header_count_max) {
+    *error = ParseError::kTooManyHeaders;
+    return false;
+  }
+  size_t colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    *error = ParseError::kMalformedHeader;
+    return false;
+  }
+  std::string_view name = line.substr(0, colon);
+  std::string_view value = line.substr(colon + 1);
+  if (escaped_ &&
+      (!header_escapes_valid(name, version_) || !header_escapes_valid(value, version_))) {
+    *error = ParseError::kInvalidEscape;
+    return false;
+  }
+  if (content_length_ < 0 && header_equals(name, escaped_, "content-length")) {
+    if (!parse_length(value, &content_length_)) {
+      *error = ParseError::kBadContentLength;
+      return false;
+    }
+  }
+  slots_[header_count_++] =
+      detail::HeaderSlot{uint32_t(line_start), uint32_t(colon), uint32_t(line_start + colon + 1),
+                         uint32_t(value.size())};
+  return true;
+}
+
+ParseResult Parser::scan_body(std::string_view buf) {
+  if (content_length_ >= 0) {
+    size_t nul = body_start_ + size_t(content_length_);
+    if (buf.size() <= nul) return ParseResult{};
+    if (buf[nul] != '\0') return fail(ParseError::kMissingNul);
+    return complete(buf, nul);
+  }
+  if (!command_allows_body(command_)) {
+    if (buf.size() <= body_start_) return ParseResult{};
+    if (buf[body_start_] != '\0') return fail(ParseError::kBodyNotAllowed);
+    return complete(buf, body_start_);
+  }
+  // The NUL may come no later than this index.
+  const size_t body_cap = body_start_ + limits_.body_bytes_max;
+  const size_t frame_cap = limits_.frame_bytes_max - 1;
+  const size_t last = std::min(body_cap, frame_cap);
+  const size_t to = std::min(buf.size(), last + 1);
+  if (pos_ < to) {
+    const void* hit = std::memchr(buf.data() + pos_, '\0', to - pos_);
+    if (hit) return complete(buf, size_t(static_cast<const char*>(hit) - buf.data()));
+  }
+  if (buf.size() > last) {
+    return fail(body_cap < frame_cap ? ParseError::kBodyTooLarge : ParseError::kFrameTooLarge);
+  }
+  pos_ = to;
+  return ParseResult{};
+}
+
+const Frame& Parser::head(std::string_view buf) {
+  SLUICE_ASSERT(state_ == State::kBody && buf.size() >= body_start_);
+  frame_.bytes_ = buf.substr(0, body_start_);
+  frame_.slots_ = slots_.get();
+  frame_.header_count_ = header_count_;
+  frame_.body_off_ = uint32_t(body_start_);
+  frame_.body_len_ = 0;
+  frame_.command_ = command_;
+  frame_.escaped_ = escaped_;
+  return frame_;
+}
+
+ParseResult Parser::complete(std::string_view buf, size_t nul_index) {
+  frame_.bytes_ = buf.substr(0, nul_index + 1);
+  frame_.slots_ = slots_.get();
+  frame_.header_count_ = header_count_;
+  frame_.body_off_ = uint32_t(body_start_);
+  frame_.body_len_ = uint32_t(nul_index - body_start_);
+  frame_.command_ = command_;
+  frame_.escaped_ = escaped_;
+  state_ = State::kGap;
+  pos_ = 0;
+  return ParseResult{ParseResult::Status::kFrame, ParseError::kNone, nul_index + 1};
+}
+
+}  // namespace sluice::session

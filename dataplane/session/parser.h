@@ -1,0 +1,126 @@
+// Incremental, zero-copy STOMP 1.0/1.1/1.2 frame parser. The caller owns the bytes; frames are
+// views into them. Feeding a longer buffer with the same prefix resumes where the last call
+// stopped, so any split of the byte stream yields the same events as one whole buffer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "dataplane/session/stomp.h"
+
+namespace sluice::session {
+
+struct Header {
+  std::string_view name;   // raw octets; escaped if Frame::escaped()
+  std::string_view value;  // raw octets; escaped if Frame::escaped()
+};
+
+namespace detail {
+struct HeaderSlot {
+  uint32_t name_off;  // relative to the frame's first byte
+  uint32_t name_len;
+  uint32_t value_off;
+  uint32_t value_len;
+};
+}  // namespace detail
+
+// A parsed frame: views into the caller's buffer, valid until the caller moves or reuses those
+// bytes or the parser parses again.
+class Frame {
+ public:
+  Command command() const { return command_; }
+  // True when header octets use the version's escapes (never for CONNECT/STOMP/CONNECTED, never
+  // in STOMP 1.0).
+  bool escaped() const { return escaped_; }
+  // The frame's bytes from the first byte of the command through the terminating NUL.
+  std::string_view bytes() const { return bytes_; }
+  std::string_view body() const { return bytes_.substr(body_off_, body_len_); }
+  size_t header_count() const { return header_count_; }
+  Header header(size_t i) const;
+  // First header whose decoded name equals `name` (STOMP: the first repeated header wins).
+  std::optional<std::string_view> find(std::string_view name) const;
+  // Index of that header, for callers that need to rewrite or unescape it.
+  std::optional<size_t> find_index(std::string_view name) const;
+
+ private:
+  friend class Parser;
+  std::string_view bytes_;
+  const detail::HeaderSlot* slots_ = nullptr;
+  uint32_t header_count_ = 0;
+  uint32_t body_off_ = 0;
+  uint32_t body_len_ = 0;
+  Command command_ = Command::kSend;
+  bool escaped_ = false;
+};
+
+struct ParseResult {
+  enum class Status : uint8_t {
+    kNeedMore,   // nothing complete yet; call again with more bytes appended
+    kHeartbeat,  // one EOL between frames (a heart-beat); drop `consumed` bytes
+    kFrame,      // `frame` is complete; drop `consumed` bytes after using it
+    kError,      // `error` says what; the stream cannot be resynchronised, close it
+  };
+  Status status = Status::kNeedMore;
+  ParseError error = ParseError::kNone;
+  size_t consumed = 0;
+};
+
+class Parser {
+ public:
+  // Longest command line accepted ("UNSUBSCRIBE" plus CR).
+  static constexpr size_t kCommandLineBytesMax = 12;
+
+  // Allocates the header table once, sized by limits.header_count_max.
+  explicit Parser(const FrameLimits& limits);
+
+  // Version negotiated for this connection; selects the escaping rules. Default 1.0 (no escapes).
+  void set_version(Version v) { version_ = v; }
+  Version version() const { return version_; }
+  const FrameLimits& limits() const { return limits_; }
+
+  // `buf` starts at the first byte not yet consumed. Between calls the caller may only append
+  // bytes (or move the whole buffer); after kHeartbeat/kFrame it drops `consumed` bytes from the
+  // front. After kError the parser stays in error until reset().
+  ParseResult parse(std::string_view buf);
+  const Frame& frame() const { return frame_; }
+
+  // Forget any partial frame (e.g. when the caller discards the stream).
+  void reset();
+  // True when bytes of a frame (not just heart-beats) have been seen but the frame is not done:
+  // the engine arms the frame deadline while this holds.
+  bool frame_in_progress() const { return state_ != State::kGap; }
+  // True once the headers of the frame in progress are complete and its body is still arriving.
+  bool in_body() const { return state_ == State::kBody; }
+  // The frame in progress, headers only (empty body), over the same `buf` as the last parse();
+  // valid while in_body(). Lets the prelude bind before a large body has arrived.
+  const Frame& head(std::string_view buf);
+
+ private:
+  enum class State : uint8_t { kGap, kCommand, kHeaders, kBody, kError };
+
+  ParseResult fail(ParseError e);
+  ParseResult scan_command(std::string_view buf);
+  ParseResult scan_headers(std::string_view buf);
+  ParseResult scan_body(std::string_view buf);
+  ParseResult complete(std::string_view buf, size_t nul_index);
+  bool take_header(std::string_view line, size_t line_start, ParseError* error);
+
+  FrameLimits limits_;
+  Version version_ = Version::k1_0;
+  State state_ = State::kGap;
+  ParseError error_ = ParseError::kNone;
+  bool escaped_ = false;
+  Command command_ = Command::kSend;
+  size_t pos_ = 0;         // next byte to examine
+  size_t line_start_ = 0;  // start of the header line being scanned
+  size_t body_start_ = 0;
+  int64_t content_length_ = -1;
+  uint32_t header_count_ = 0;
+  std::unique_ptr<detail::HeaderSlot[]> slots_;
+  Frame frame_;
+};
+
+}  // namespace sluice::session
