@@ -8,6 +8,7 @@ namespace sluice::session {
 
 FrameWriter::FrameWriter(std::span<char> out, Command command, Version version)
     : out_(out),
+      command_(command),
       escaped_(version >= Version::k1_1 && command_escapes_headers(command)),
       version_(version) {
   put(command_name(command));
@@ -19,6 +20,7 @@ void FrameWriter::put(std::string_view s) {
     ok_ = false;
     return;
   }
+  if (s.empty()) return;  // an empty view may have a null data()
   std::memcpy(out_.data() + n_, s.data(), s.size());
   n_ += s.size();
 }
@@ -26,6 +28,11 @@ void FrameWriter::put(std::string_view s) {
 void FrameWriter::put_escaped(std::string_view s, bool is_name) {
   for (char c : s) {
     if (!ok_) return;
+    if (c == '\0') {
+      // No STOMP version can carry a NUL in a header: it would end the frame.
+      ok_ = false;
+      return;
+    }
     if (escaped_) {
       switch (c) {
         case '\n':
@@ -67,7 +74,10 @@ FrameWriter& FrameWriter::header(std::string_view name, std::string_view value) 
 }
 
 FrameWriter& FrameWriter::header_raw(std::string_view name, std::string_view raw_value) {
-  if (name.empty() || raw_value.find_first_of("\r\n") != std::string_view::npos) ok_ = false;
+  if (name.empty() ||
+      raw_value.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos) {
+    ok_ = false;
+  }
   put_escaped(name, true);
   put(":");
   put(raw_value);
@@ -82,6 +92,7 @@ FrameWriter& FrameWriter::header(std::string_view name, uint64_t value) {
 }
 
 std::optional<std::string_view> FrameWriter::finish(std::string_view body) {
+  if (!body.empty() && !command_allows_body(command_)) ok_ = false;
   if (!body.empty()) header("content-length", uint64_t(body.size()));
   put("\n");
   put(body);

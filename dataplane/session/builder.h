@@ -20,10 +20,11 @@ class FrameWriter {
   FrameWriter& header(std::string_view name, std::string_view value);
   FrameWriter& header(std::string_view name, uint64_t value);
   // A value already encoded for this frame's escaping (echoing a header of a frame in the same
-  // version, e.g. receipt -> receipt-id). Must not contain CR or LF.
+  // version, e.g. receipt -> receipt-id). CR, LF or NUL in it fail the frame.
   FrameWriter& header_raw(std::string_view name, std::string_view raw_value);
   // Ends the headers (adding content-length when the body is not empty), writes the body and the
-  // NUL. Returns the frame's bytes inside `out`.
+  // NUL. Returns the frame's bytes inside `out`; nothing for a body on a frame that may not have
+  // one (only SEND, MESSAGE and ERROR may).
   std::optional<std::string_view> finish(std::string_view body = {});
   bool ok() const { return ok_; }
 
@@ -32,6 +33,7 @@ class FrameWriter {
   void put_escaped(std::string_view s, bool is_name);
 
   std::span<char> out_;
+  Command command_;
   size_t n_ = 0;
   bool ok_ = true;
   bool escaped_ = false;

@@ -91,7 +91,7 @@ class Parser {
   void reset();
   // True when bytes of a frame (not just heart-beats) have been seen but the frame is not done:
   // the engine arms the frame deadline while this holds.
-  bool frame_in_progress() const { return state_ != State::kGap; }
+  bool frame_in_progress() const { return state_ != State::kGap && state_ != State::kError; }
   // True once the headers of the frame in progress are complete and its body is still arriving.
   bool in_body() const { return state_ == State::kBody; }
   // The frame in progress, headers only (empty body), over the same `buf` as the last parse();

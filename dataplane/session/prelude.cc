@@ -78,7 +78,7 @@ Prelude::Prelude(const SessionConfig& config, std::span<char> buffer, Nanos now)
 size_t Prelude::feed(std::string_view bytes, Nanos now) {
   if (state_ != State::kAwaitConnect && state_ != State::kConnected) return 0;
   size_t n = std::min(bytes.size(), buf_.size() - fill_);
-  std::memcpy(buf_.data() + fill_, bytes.data(), n);
+  if (n > 0) std::memcpy(buf_.data() + fill_, bytes.data(), n);
   fill_ += n;
   last_feed_ = now;
   return n;

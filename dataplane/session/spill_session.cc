@@ -98,7 +98,7 @@ size_t SpillSession::feed(std::string_view bytes) {
   if (closing_ || closed_) return bytes.size();
   if (bytes.size() > buf_.size() - fill_) compact();
   size_t n = std::min(bytes.size(), buf_.size() - fill_);
-  std::memcpy(buf_.data() + fill_, bytes.data(), n);
+  if (n > 0) std::memcpy(buf_.data() + fill_, bytes.data(), n);
   fill_ += n;
   return n;
 }

@@ -24,9 +24,7 @@ class SpillHooks {
   virtual bool authenticate(std::optional<std::string_view> login,
                             std::optional<std::string_view> passcode) = 0;
   virtual bool authorize(std::string_view login, const QueueKey& key) = 0;
-
- protected:
-  ~SpillHooks() = default;
+  virtual ~SpillHooks() = default;
 };
 
 struct SpillLimits {

@@ -114,6 +114,7 @@ std::string_view parse_error_message(ParseError e) {
 }
 
 bool header_needs_unescape(std::string_view raw) {
+  if (raw.empty()) return false;  // an empty view may have a null data()
   return std::memchr(raw.data(), '\\', raw.size()) != nullptr;
 }
 
