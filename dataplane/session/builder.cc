@@ -26,41 +26,47 @@ void FrameWriter::put(std::string_view s) {
 }
 
 void FrameWriter::put_escaped(std::string_view s, bool is_name) {
-  for (char c : s) {
-    if (!ok_) return;
+  // Most values need no escaping: copy runs of plain octets whole, handle the rest one by one.
+  size_t i = 0;
+  while (ok_ && i < s.size()) {
+    size_t j = i;
+    while (j < s.size() && s[j] != '\0' && s[j] != '\n' && s[j] != '\r' && s[j] != ':' &&
+           s[j] != '\\') {
+      ++j;
+    }
+    put(s.substr(i, j - i));
+    if (j == s.size()) return;
+    const char c = s[j];
+    i = j + 1;
     if (c == '\0') {
       // No STOMP version can carry a NUL in a header: it would end the frame.
       ok_ = false;
-      return;
-    }
-    if (escaped_) {
+    } else if (escaped_) {
       switch (c) {
         case '\n':
           put("\\n");
-          continue;
+          break;
         case ':':
           put("\\c");
-          continue;
+          break;
         case '\\':
           put("\\\\");
-          continue;
-        case '\r':
-          // 1.1 has no escape for CR, and a raw CR before LF would read as a line end.
+          break;
+        default:
+          // CR: 1.1 has no escape for it, and a raw CR before LF would read as a line end.
           if (version_ >= Version::k1_2) {
             put("\\r");
           } else {
             ok_ = false;
           }
-          continue;
-        default:
           break;
       }
     } else if (c == '\n' || c == '\r' || (is_name && c == ':')) {
       // Unescaped frames (1.0, CONNECTED) cannot carry these octets at all.
       ok_ = false;
-      return;
+    } else {
+      put(std::string_view(&c, 1));
     }
-    put(std::string_view(&c, 1));
   }
 }
 

@@ -11,6 +11,10 @@ std::string SessionConfig::validate() const {
   if (prelude_bytes_max < 64 || prelude_bytes_max > frame_limits.kFrameBytesCeiling) {
     return "prelude_bytes_max must be between 64 and 67108864";
   }
+  // A spill session re-reads the whole prelude, and its buffer is sized from frame_bytes_max.
+  if (prelude_bytes_max > frame_limits.frame_bytes_max) {
+    return "prelude_bytes_max must not exceed frame_bytes_max";
+  }
   if (frame_timeout_ns <= 0) return "frame_timeout must be positive";
   if (prelude_idle_timeout_ns <= 0) return "prelude_idle_timeout must be positive";
   if (versions.empty()) return "versions must name at least one of 1.0, 1.1, 1.2";

@@ -24,6 +24,7 @@ struct HeaderSlot {
   uint32_t name_len;
   uint32_t value_off;
   uint32_t value_len;
+  bool name_escaped;  // the name holds a backslash escape: compare it decoded
 };
 }  // namespace detail
 
@@ -106,7 +107,7 @@ class Parser {
   ParseResult scan_headers(std::string_view buf);
   ParseResult scan_body(std::string_view buf);
   ParseResult complete(std::string_view buf, size_t nul_index);
-  bool take_header(std::string_view line, size_t line_start, ParseError* error);
+  bool take_header(std::string_view buf, size_t line_end, ParseError* error);
 
   FrameLimits limits_;
   Version version_ = Version::k1_0;
@@ -116,6 +117,10 @@ class Parser {
   Command command_ = Command::kSend;
   size_t pos_ = 0;         // next byte to examine
   size_t line_start_ = 0;  // start of the header line being scanned
+  // What the scanned part of that line holds (it may arrive in pieces).
+  size_t line_colon_ = 0;
+  size_t line_cr_ = 0;
+  bool line_backslash_ = false;
   size_t body_start_ = 0;
   int64_t content_length_ = -1;
   uint32_t header_count_ = 0;

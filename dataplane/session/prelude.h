@@ -111,9 +111,9 @@ class Prelude {
   Span login_;
   Span passcode_;
   QueueKey key_;
-  std::array<char, kVhostBytesMax> vhost_{};
-  std::array<char, kDestinationBytesMax> destination_{};
-  std::array<char, 1024> reply_{};
+  std::array<char, kVhostBytesMax> vhost_;              // written before read
+  std::array<char, kDestinationBytesMax> destination_;  // written before read
+  std::array<char, 1024> reply_;                        // written before read
   detail::Text<256> detail_;
 };
 

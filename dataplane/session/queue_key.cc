@@ -23,6 +23,8 @@ std::string_view destination_error_message(DestinationError e) {
       return "no error";
     case DestinationError::kMissing:
       return "missing destination header";
+    case DestinationError::kEmpty:
+      return "empty destination header";
     case DestinationError::kTooLong:
       return "destination header too long";
     case DestinationError::kNoQueue:
@@ -43,6 +45,7 @@ DestinationError destination_key(const Frame& f, std::string_view vhost,
     if (n) dest = std::string_view(scratch.data(), *n);
   }
   if (!n || dest.size() > kDestinationBytesMax) return DestinationError::kTooLong;
+  if (dest.empty()) return DestinationError::kEmpty;
   *out = classify_destination(vhost, dest, owned_prefixes);
   if (!out->default_route && out->queue.empty()) return DestinationError::kNoQueue;
   return DestinationError::kNone;

@@ -30,7 +30,7 @@ QueueKey classify_destination(std::string_view vhost, std::string_view destinati
 
 class Frame;
 
-enum class DestinationError : uint8_t { kNone, kMissing, kTooLong, kNoQueue };
+enum class DestinationError : uint8_t { kNone, kMissing, kEmpty, kTooLong, kNoQueue };
 // STOMP ERROR `message` text for each error.
 std::string_view destination_error_message(DestinationError e);
 

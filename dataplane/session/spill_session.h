@@ -140,7 +140,7 @@ class SpillSession {
 
   // The one open transaction and its SENDs, retained in buf_ until COMMIT or ABORT.
   bool txn_open_ = false;
-  std::array<char, kTransactionIdBytesMax> txn_id_{};
+  std::array<char, kTransactionIdBytesMax> txn_id_;  // written before read
   size_t txn_id_len_ = 0;
   std::unique_ptr<Staged[]> staged_;
   uint32_t staged_count_ = 0;
@@ -154,13 +154,13 @@ class SpillSession {
   SpillEnd end_ = SpillEnd::kNone;
   std::string_view final_;
 
-  std::array<char, kVhostBytesMax> vhost_{};
+  std::array<char, kVhostBytesMax> vhost_;  // written before read
   size_t vhost_len_ = 0;
-  std::array<char, kLoginBytesMax> login_{};
+  std::array<char, kLoginBytesMax> login_;  // written before read
   size_t login_len_ = 0;
-  std::array<char, kDestinationBytesMax> destination_{};
-  std::array<char, 4096> reply_{};
-  std::array<char, 1024> final_buf_{};
+  std::array<char, kDestinationBytesMax> destination_;  // written before read
+  std::array<char, 4096> reply_;                        // written before read
+  std::array<char, 1024> final_buf_;                    // written before read
   detail::Text<256> detail_;
 };
 

@@ -36,9 +36,23 @@ std::string_view command_name(Command c) {
 }
 
 std::optional<Command> parse_command(std::string_view s) {
-  // Dispatch on length first: the common commands resolve in one or two compares.
-  for (size_t i = 0; i < kCommandNames.size(); ++i) {
-    if (kCommandNames[i].size() == s.size() && kCommandNames[i] == s) return Command(i);
+  // Commands grouped by length: at most four share one, so a lookup is a few compares.
+  struct Group {
+    std::array<Command, 4> commands;
+    size_t count;
+  };
+  static constexpr std::array<Group, 12> kByLength = [] {
+    std::array<Group, 12> g{};
+    for (size_t i = 0; i < kCommandNames.size(); ++i) {
+      Group& slot = g[kCommandNames[i].size()];
+      slot.commands[slot.count++] = Command(i);
+    }
+    return g;
+  }();
+  if (s.size() >= kByLength.size()) return std::nullopt;
+  const Group& g = kByLength[s.size()];
+  for (size_t i = 0; i < g.count; ++i) {
+    if (kCommandNames[size_t(g.commands[i])] == s) return g.commands[i];
   }
   return std::nullopt;
 }

@@ -28,7 +28,7 @@ class Text {
   void clear() { n_ = 0; }
 
  private:
-  std::array<char, N> buf_{};
+  std::array<char, N> buf_;  // written before read
   size_t n_ = 0;
 };
 

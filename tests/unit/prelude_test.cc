@@ -244,6 +244,24 @@ TEST_F(PreludeTest, MissingDestinationIsRefused) {
   EXPECT_EQ(header_of(parse_one(e.to_client), "message"), "missing destination header");
 }
 
+TEST_F(PreludeTest, EmptyDestinationIsRefused) {
+  make();
+  feed(connect12());
+  PreludeEvent e = last(frame("SEND", {{"destination", ""}}));
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kClose);
+  EXPECT_EQ(e.end, PreludeEnd::kBadHeader);
+  EXPECT_EQ(header_of(parse_one(e.to_client), "message"), "empty destination header");
+}
+
+TEST_F(PreludeTest, CarriageReturnInsideAReceiptIsAProtocolError) {
+  make();
+  feed(connect12());
+  PreludeEvent e = last("DISCONNECT\nreceipt:a\rb\n\n\0"s);
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kClose);
+  EXPECT_EQ(e.end, PreludeEnd::kProtocolError);
+  EXPECT_EQ(header_of(parse_one(e.to_client), "message"), "malformed header line");
+}
+
 TEST_F(PreludeTest, PrefixWithoutQueueNameIsRefused) {
   make();
   feed(connect12());
@@ -495,6 +513,12 @@ TEST(SessionConfigTest, ValidateNamesTheBadSetting) {
   c = SessionConfig{};
   c.owned_prefixes = {""};
   EXPECT_NE(c.validate().find("owned_prefixes"), std::string::npos);
+  c = SessionConfig{};
+  c.frame_limits.frame_bytes_max = 4096;
+  c.frame_limits.body_bytes_max = 4096;
+  c.frame_limits.header_line_bytes_max = 1024;
+  EXPECT_NE(c.validate().find("prelude_bytes_max must not exceed frame_bytes_max"),
+            std::string::npos);
   c = SessionConfig{};
   c.frame_limits.header_count_max = 0;
   EXPECT_NE(c.validate().find("header_count_max"), std::string::npos);

@@ -15,7 +15,8 @@ ALLOWED = {
     # SLUICE_ASSERT's failure path: print and abort (programmer errors only).
     "abort", "fprintf", "stderr",
 }
-ALLOWED_PREFIXES = ("sluice::", "std::__throw_", "__asan_", "__ubsan_", "__sanitizer_",
+ALLOWED_PREFIXES = ("sluice::", "std::__throw_", "vtable for __cxxabiv1::",
+                    "__asan_", "__ubsan_", "__sanitizer_",
                     "__stack_chk_fail")
 
 def main() -> int:

@@ -338,6 +338,7 @@ TEST_F(SpillSessionTest, TransactionsSurviveBufferCompaction) {
   config_.frame_limits.frame_bytes_max = 4096;
   config_.frame_limits.body_bytes_max = 2048;
   config_.frame_limits.header_line_bytes_max = 1024;
+  config_.prelude_bytes_max = 4096;
   start_default(send("a", "first"));
   run();
   // Push enough non-transactional traffic through the small buffer to force compactions, then
@@ -476,6 +477,15 @@ TEST_F(SpillSessionTest, ServerFramesAndSecondConnectAreRefused) {
     EXPECT_TRUE(seen_.closed) << cmd;
     EXPECT_EQ(seen_.end, SpillEnd::kProtocolError) << cmd;
   }
+}
+
+TEST_F(SpillSessionTest, CarriageReturnInsideAReceiptIsRefusedNotEchoed) {
+  start_default(send("a", "m"));
+  feed("SEND\ndestination:/queue/a\nreceipt:\r:\n\n\0"s);
+  run();
+  EXPECT_TRUE(seen_.closed);
+  EXPECT_EQ(seen_.end, SpillEnd::kProtocolError);
+  EXPECT_NE(seen_.close_bytes.find("malformed header line"), std::string::npos);
 }
 
 TEST_F(SpillSessionTest, UnparsableInputClosesWithTheParseError) {
