@@ -68,13 +68,14 @@ struct Buffer {
   const char* name;
   std::string bytes;
   size_t frames;
+  bool has_target;  // the 0.5x target applies to the 1 KiB-body buffers
 };
 
 std::vector<Buffer>& buffers() {
   static std::vector<Buffer> b = {
-      {"send_1k_with_content_length", send_frames(true), kSendFrames},
-      {"send_1k_without_content_length", send_frames(false), kSendFrames},
-      {"header_heavy_30", header_heavy_frames(), kHeaderHeavyFrames},
+      {"send_1k_with_content_length", send_frames(true), kSendFrames, true},
+      {"send_1k_without_content_length", send_frames(false), kSendFrames, true},
+      {"header_heavy_30", header_heavy_frames(), kHeaderHeavyFrames, false},
   };
   return b;
 }
@@ -179,6 +180,10 @@ int main(int argc, char** argv) {
     if (r < 0) {
       std::printf("ratio %s / %s = not measured (filtered out or failed)\n", parser.c_str(),
                   reference.c_str());
+    } else if (!b.has_target) {
+      // The issue sets the target for 1 KiB bodies; header-heavy frames are reported only.
+      std::printf("ratio %s / %s = %.2f (reported, no target)\n", parser.c_str(), reference.c_str(),
+                  r);
     } else {
       std::printf("ratio %s / %s = %.2f (target >= %.1f)%s\n", parser.c_str(), reference.c_str(), r,
                   kRatioTarget, r >= kRatioTarget ? "" : " BELOW TARGET");

@@ -109,11 +109,21 @@ std::optional<std::string_view> FrameWriter::finish(std::string_view body) {
 
 std::optional<std::string_view> build_connected(std::span<char> out, Version v,
                                                 std::string_view server) {
-  return FrameWriter(out, Command::kConnected, v)
-      .header("version", version_name(v))
-      .header("heart-beat", "0,0")
-      .header("server", server)
-      .finish();
+  // Sent for every session: assembled from constant pieces. CONNECTED is never escaped, so the
+  // writer is needed only to refuse a server name that could not be framed.
+  if (server.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos) {
+    return FrameWriter(out, Command::kConnected, v).header("server", server).finish();
+  }
+  const std::string_view parts[] = {"CONNECTED\nversion:", version_name(v),
+                                    "\nheart-beat:0,0\nserver:", server,
+                                    std::string_view("\n\n\0", 3)};
+  size_t n = 0;
+  for (std::string_view p : parts) {
+    if (p.size() > out.size() - n) return std::nullopt;
+    std::memcpy(out.data() + n, p.data(), p.size());
+    n += p.size();
+  }
+  return std::string_view(out.data(), n);
 }
 
 std::optional<std::string_view> build_receipt(std::span<char> out, Version v,

@@ -72,6 +72,44 @@ LineScan scan_line(std::string_view buf, size_t from, size_t to) {
   return s;
 }
 
+#if defined(__SSE2__)
+// Bit k of each mask describes byte p[k] of a 64-byte block.
+struct BlockMasks {
+  uint64_t term;   // LF or NUL
+  uint64_t colon;  // ':'
+  uint64_t cr;     // CR
+  uint64_t bs;     // backslash
+};
+
+inline uint64_t movemask64(__m128i a, __m128i b, __m128i c, __m128i d) {
+  return uint64_t(uint32_t(_mm_movemask_epi8(a))) | uint64_t(uint32_t(_mm_movemask_epi8(b))) << 16 |
+         uint64_t(uint32_t(_mm_movemask_epi8(c))) << 32 |
+         uint64_t(uint32_t(_mm_movemask_epi8(d))) << 48;
+}
+
+inline BlockMasks block_masks(const char* p) {
+  const __m128i lf = _mm_set1_epi8('\n');
+  const __m128i nul = _mm_setzero_si128();
+  const __m128i colon = _mm_set1_epi8(':');
+  const __m128i cr = _mm_set1_epi8('\r');
+  const __m128i bs = _mm_set1_epi8('\\');
+  const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+  const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
+  const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 48));
+  auto term = [&](__m128i v) {
+    return _mm_or_si128(_mm_cmpeq_epi8(v, lf), _mm_cmpeq_epi8(v, nul));
+  };
+  auto eq = [](__m128i v, __m128i c) { return _mm_cmpeq_epi8(v, c); };
+  return BlockMasks{
+      movemask64(term(v0), term(v1), term(v2), term(v3)),
+      movemask64(eq(v0, colon), eq(v1, colon), eq(v2, colon), eq(v3, colon)),
+      movemask64(eq(v0, cr), eq(v1, cr), eq(v2, cr), eq(v3, cr)),
+      movemask64(eq(v0, bs), eq(v1, bs), eq(v2, bs), eq(v3, bs)),
+  };
+}
+#endif
+
 std::string_view strip_cr(std::string_view line) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   return line;
@@ -146,6 +184,12 @@ ParseResult Parser::parse(std::string_view buf) {
         }
         return fail(ParseError::kUnknownCommand);
       }
+#if defined(__SSE2__)
+      // Most frames arrive whole with plain headers: one bitmask pass. Anything unusual, or a
+      // frame not yet all there, goes through the general incremental path, which gives the
+      // same result for every input the fast path accepts.
+      if (head_fast(buf)) return end_headers(buf);
+#endif
       state_ = State::kCommand;
       pos_ = 0;
       return scan_command(buf);
@@ -186,24 +230,61 @@ ParseResult Parser::scan_command(std::string_view buf) {
 ParseResult Parser::scan_headers(std::string_view buf) {
   // The blank line ending the headers must leave room for at least the NUL.
   const size_t frame_cap = limits_.frame_bytes_max - 1;
+#if defined(__SSE2__)
+  // Masks of the 64-byte block starting at blk; one block serves the several lines inside it,
+  // so the loop over lines does not branch on each 16 bytes.
+  BlockMasks m{0, 0, 0, 0};
+  size_t blk = kNotFound;
+#endif
   for (;;) {
     // LF index bound: line content (<= limit) plus an optional CR.
     const size_t line_cap = line_start_ + limits_.header_line_bytes_max + 2;
     const size_t cap = std::min(frame_cap, line_cap);
-    const size_t to = std::min(buf.size(), cap);
-    const LineScan ls = scan_line(buf, pos_, to);
-    // A line may arrive in pieces: keep what the earlier pieces showed.
-    if (line_colon_ == kNotFound) line_colon_ = ls.colon;
-    if (line_cr_ == kNotFound) line_cr_ = ls.cr;
-    line_backslash_ |= ls.backslash;
-    const size_t i = ls.end;
-    if (i == kNotFound) {
-      if (buf.size() >= cap) {
-        return fail(line_cap <= frame_cap ? ParseError::kHeaderLineTooLong
-                                          : ParseError::kFrameTooLarge);
+    size_t i = kNotFound;
+#if defined(__SSE2__)
+    // Whole blocks while they lie inside buf; the tail goes through scan_line below. Bytes past
+    // cap may be looked at, but a terminator there is the same limit error as not finding one.
+    while (pos_ < cap) {
+      if (blk == kNotFound || pos_ >= blk + 64) {
+        if (pos_ + 64 > buf.size()) break;
+        m = block_masks(buf.data() + pos_);
+        blk = pos_;
       }
-      pos_ = to;
-      return ParseResult{};
+      const uint64_t from = ~uint64_t{0} << (pos_ - blk);
+      const uint64_t term = m.term & from;
+      const uint64_t range = term ? from & ((uint64_t{1} << __builtin_ctzll(term)) - 1) : from;
+      const uint64_t colons = m.colon & range;
+      const uint64_t crs = m.cr & range;
+      if (colons && line_colon_ == kNotFound) line_colon_ = blk + size_t(__builtin_ctzll(colons));
+      if (crs && line_cr_ == kNotFound) line_cr_ = blk + size_t(__builtin_ctzll(crs));
+      line_backslash_ |= (m.bs & range) != 0;
+      if (term) {
+        i = blk + size_t(__builtin_ctzll(term));
+        break;
+      }
+      pos_ = blk + 64;
+    }
+    if (i != kNotFound && i >= cap) {
+      return fail(line_cap <= frame_cap ? ParseError::kHeaderLineTooLong
+                                        : ParseError::kFrameTooLarge);
+    }
+#endif
+    if (i == kNotFound) {
+      const size_t to = std::min(buf.size(), cap);
+      const LineScan ls = scan_line(buf, pos_, to);
+      // A line may arrive in pieces: keep what the earlier pieces showed.
+      if (line_colon_ == kNotFound) line_colon_ = ls.colon;
+      if (line_cr_ == kNotFound) line_cr_ = ls.cr;
+      line_backslash_ |= ls.backslash;
+      i = ls.end;
+      if (i == kNotFound) {
+        if (buf.size() >= cap) {
+          return fail(line_cap <= frame_cap ? ParseError::kHeaderLineTooLong
+                                            : ParseError::kFrameTooLarge);
+        }
+        pos_ = std::max(pos_, to);
+        return ParseResult{};
+      }
     }
     if (buf[i] == '\0') return fail(ParseError::kNulInHeaders);
     // A CR may only be the one that ends the line.
@@ -223,6 +304,10 @@ ParseResult Parser::scan_headers(std::string_view buf) {
     line_colon_ = line_cr_ = kNotFound;
     line_backslash_ = false;
   }
+  return end_headers(buf);
+}
+
+inline ParseResult Parser::end_headers(std::string_view buf) {
   if (content_length_ >= 0) {
     if (content_length_ > 0 && !command_allows_body(command_)) {
       return fail(ParseError::kBodyNotAllowed);
@@ -236,7 +321,136 @@ ParseResult Parser::scan_headers(std::string_view buf) {
   return scan_body(buf);
 }
 
-bool Parser::take_header(std::string_view buf, size_t line_end, ParseError* error) {
+#if defined(__SSE2__)
+// Bitmasks of up to sixteen 64-byte blocks (1 KiB) from a frame's start, computed as the scan
+// reaches them. Only whole blocks inside the buffer are used: a frame nearer its end takes the
+// general path.
+class HeadMasks {
+ public:
+  static constexpr size_t kBlocks = 16;
+  explicit HeadMasks(std::string_view buf) : buf_(buf) {}
+
+  // First set bit of the mask at or after p; kNotFound past the last whole block.
+  [[gnu::always_inline]] size_t next(const uint64_t* m, size_t p) {
+    size_t b = p >> 6;
+    if (b >= have_ && !ensure(b)) return kNotFound;
+    uint64_t w = m[b] & (~uint64_t{0} << (p & 63));
+    while (w == 0) {
+      if (++b >= have_ && !ensure(b)) return kNotFound;
+      w = m[b];
+    }
+    return b * 64 + size_t(__builtin_ctzll(w));
+  }
+  // First set bit in [p, end), for an end the scan has already reached (its block is computed).
+  [[gnu::always_inline]] size_t first_in(const uint64_t* m, size_t p, size_t end) const {
+    if (p >= end) return kNotFound;
+    size_t b = p >> 6;
+    const size_t last = (end - 1) >> 6;
+    uint64_t w = m[b] & (~uint64_t{0} << (p & 63));
+    while (w == 0) {
+      if (++b > last) return kNotFound;
+      w = m[b];
+    }
+    const size_t found = b * 64 + size_t(__builtin_ctzll(w));
+    return found < end ? found : kNotFound;
+  }
+
+  // Entries below have_ are written before they are read; not zeroed, to keep setup cheap.
+  uint64_t term[kBlocks];   // LF or NUL
+  uint64_t colon[kBlocks];  // ':'
+  uint64_t odd[kBlocks];    // CR or backslash
+
+ private:
+  bool ensure(size_t b) {
+    while (have_ <= b) {
+      if (have_ == kBlocks || (have_ + 1) * 64 > buf_.size()) return false;
+      const char* p = buf_.data() + have_ * 64;
+      const __m128i cr = _mm_set1_epi8('\r');
+      const __m128i bs = _mm_set1_epi8('\\');
+      const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+      const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
+      const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 48));
+      auto is_term = [](__m128i v) {
+        return _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')),
+                            _mm_cmpeq_epi8(v, _mm_setzero_si128()));
+      };
+      auto is_colon = [](__m128i v) { return _mm_cmpeq_epi8(v, _mm_set1_epi8(':')); };
+      auto is_odd = [&](__m128i v) {
+        return _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, bs));
+      };
+      const uint64_t t = movemask64(is_term(v0), is_term(v1), is_term(v2), is_term(v3));
+      const uint64_t c = movemask64(is_colon(v0), is_colon(v1), is_colon(v2), is_colon(v3));
+      const uint64_t o = movemask64(is_odd(v0), is_odd(v1), is_odd(v2), is_odd(v3));
+      term[have_] = t;
+      colon[have_] = c;
+      odd[have_] = o;
+      ++have_;
+    }
+    return true;
+  }
+
+  std::string_view buf_;
+  size_t have_ = 0;
+};
+
+bool Parser::head_fast(std::string_view buf) {
+  HeadMasks h(buf);
+  const uint64_t* term = h.term;
+  const uint64_t* colon = h.colon;
+  const uint64_t* odd = h.odd;
+
+  const size_t cmd_end = h.next(term, 0);
+  if (cmd_end == kNotFound || cmd_end > kCommandLineBytesMax || buf[cmd_end] == '\0') {
+    return false;
+  }
+  size_t cmd_len = cmd_end;
+  if (const size_t o = h.first_in(odd, 0, cmd_end); o != kNotFound) {
+    if (o != cmd_end - 1 || buf[o] != '\r') return false;
+    cmd_len = o;
+  }
+  const std::optional<Command> c = parse_command(buf.substr(0, cmd_len));
+  if (!c) return false;
+
+  const size_t frame_cap = limits_.frame_bytes_max - 1;
+  uint32_t count = 0;
+  int64_t length = -1;
+  size_t line = cmd_end + 1;
+  for (;;) {
+    const size_t i = h.next(term, line);
+    if (i == kNotFound || i >= frame_cap || buf[i] == '\0') return false;
+    size_t end = i;
+    if (const size_t o = h.first_in(odd, line, i); o != kNotFound) {
+      // Only a CR ending the line is ordinary; escapes and stray CRs take the general path.
+      if (o != i - 1 || buf[o] != '\r') return false;
+      end = o;
+    }
+    if (end - line > limits_.header_line_bytes_max) return false;
+    if (end == line) {
+      body_start_ = i + 1;
+      break;
+    }
+    const size_t colon_at = h.first_in(colon, line, end);
+    if (count == limits_.header_count_max || colon_at == kNotFound || colon_at == line) {
+      return false;
+    }
+    const std::string_view name = buf.substr(line, colon_at - line);
+    const std::string_view value = buf.substr(colon_at + 1, end - colon_at - 1);
+    if (length < 0 && name == "content-length" && !parse_length(value, &length)) return false;
+    slots_[count++] = detail::HeaderSlot{uint32_t(line), uint32_t(name.size()),
+                                         uint32_t(colon_at + 1), uint32_t(value.size()), false};
+    line = i + 1;
+  }
+  command_ = *c;
+  escaped_ = version_ >= Version::k1_1 && command_escapes_headers(command_);
+  header_count_ = count;
+  content_length_ = length;
+  pos_ = body_start_;
+  return true;
+}
+#endif
+
+inline bool Parser::take_header(std::string_view buf, size_t line_end, ParseError* error) {
   if (header_count_ == limits_.header_count_max) {
     *error = ParseError::kTooManyHeaders;
     return false;
@@ -267,7 +481,7 @@ bool Parser::take_header(std::string_view buf, size_t line_end, ParseError* erro
   return true;
 }
 
-ParseResult Parser::scan_body(std::string_view buf) {
+inline ParseResult Parser::scan_body(std::string_view buf) {
   if (content_length_ >= 0) {
     size_t nul = body_start_ + size_t(content_length_);
     if (buf.size() <= nul) return ParseResult{};
@@ -307,7 +521,7 @@ const Frame& Parser::head(std::string_view buf) {
   return frame_;
 }
 
-ParseResult Parser::complete(std::string_view buf, size_t nul_index) {
+inline ParseResult Parser::complete(std::string_view buf, size_t nul_index) {
   frame_.bytes_ = buf.substr(0, nul_index + 1);
   frame_.slots_ = slots_.get();
   frame_.header_count_ = header_count_;

@@ -181,7 +181,32 @@ PreludeEvent Prelude::next() {
 
 PreludeEvent Prelude::on_connect(const Frame& f, size_t frame_begin) {
   SLUICE_ASSERT(frame_begin == connect_begin_);
-  std::optional<std::string_view> av = f.find("accept-version");
+  // One pass over the headers (CONNECT is never escaped); the first of a repeated header wins.
+  std::optional<std::string_view> av, hb, host, login, passcode;
+  for (size_t i = 0; i < f.header_count(); ++i) {
+    const Header h = f.header(i);
+    std::optional<std::string_view>* slot = nullptr;
+    switch (h.name.size()) {
+      case 4:
+        slot = h.name == "host" ? &host : nullptr;
+        break;
+      case 5:
+        slot = h.name == "login" ? &login : nullptr;
+        break;
+      case 8:
+        slot = h.name == "passcode" ? &passcode : nullptr;
+        break;
+      case 10:
+        slot = h.name == "heart-beat" ? &hb : nullptr;
+        break;
+      case 14:
+        slot = h.name == "accept-version" ? &av : nullptr;
+        break;
+      default:
+        break;
+    }
+    if (slot && !*slot) *slot = h.value;
+  }
   VersionSet offered;
   if (av) {
     offered = parse_accept_version(*av);
@@ -195,12 +220,12 @@ PreludeEvent Prelude::on_connect(const Frame& f, size_t frame_begin) {
     return close(PreludeEnd::kVersion, "unsupported STOMP version", detail_.view(),
                  config_.versions.list());
   }
-  if (auto hb = f.find("heart-beat"); hb && !valid_heart_beat(*hb)) {
+  if (hb && !valid_heart_beat(*hb)) {
     return close(PreludeEnd::kBadHeader, "invalid heart-beat header",
                  "heart-beat must be two decimal numbers, e.g. heart-beat:0,0");
   }
   std::string_view vhost = config_.default_vhost;
-  if (auto host = f.find("host"); host && !host->empty()) vhost = *host;
+  if (host && !host->empty()) vhost = *host;
   if (vhost.size() > vhost_.size()) {
     detail_.clear();
     detail_ << "host header longer than " << uint64_t(vhost_.size()) << " bytes";
@@ -208,15 +233,11 @@ PreludeEvent Prelude::on_connect(const Frame& f, size_t frame_begin) {
   }
   std::memcpy(vhost_.data(), vhost.data(), vhost.size());
   key_.vhost = std::string_view(vhost_.data(), vhost.size());
-  auto span_of = [&](std::string_view name) {
-    Span s;
-    if (auto v = f.find(name)) {
-      s = Span{uint32_t(v->data() - buf_.data()), uint32_t(v->size()), true};
-    }
-    return s;
+  auto span_of = [&](std::optional<std::string_view> v) {
+    return v ? Span{uint32_t(v->data() - buf_.data()), uint32_t(v->size()), true} : Span{};
   };
-  login_ = span_of("login");
-  passcode_ = span_of("passcode");
+  login_ = span_of(login);
+  passcode_ = span_of(passcode);
   connect_end_ = parsed_;
   version_ = *agreed;
   parser_.set_version(version_);

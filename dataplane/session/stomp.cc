@@ -36,25 +36,48 @@ std::string_view command_name(Command c) {
 }
 
 std::optional<Command> parse_command(std::string_view s) {
-  // Commands grouped by length: at most four share one, so a lookup is a few compares.
-  struct Group {
-    std::array<Command, 4> commands;
-    size_t count;
+  // Length and first letter pick the candidate; one compare confirms it.
+  auto is = [&](Command c) -> std::optional<Command> {
+    if (kCommandNames[size_t(c)] == s) return c;
+    return std::nullopt;
   };
-  static constexpr std::array<Group, 12> kByLength = [] {
-    std::array<Group, 12> g{};
-    for (size_t i = 0; i < kCommandNames.size(); ++i) {
-      Group& slot = g[kCommandNames[i].size()];
-      slot.commands[slot.count++] = Command(i);
-    }
-    return g;
-  }();
-  if (s.size() >= kByLength.size()) return std::nullopt;
-  const Group& g = kByLength[s.size()];
-  for (size_t i = 0; i < g.count; ++i) {
-    if (kCommandNames[size_t(g.commands[i])] == s) return g.commands[i];
+  if (s.empty()) return std::nullopt;
+  switch (s.size()) {
+    case 3:
+      return is(Command::kAck);
+    case 4:
+      return s[0] == 'S' ? is(Command::kSend) : is(Command::kNack);
+    case 5:
+      switch (s[0]) {
+        case 'S':
+          return is(Command::kStomp);
+        case 'B':
+          return is(Command::kBegin);
+        case 'A':
+          return is(Command::kAbort);
+        default:
+          return is(Command::kError);
+      }
+    case 6:
+      return is(Command::kCommit);
+    case 7:
+      switch (s[0]) {
+        case 'C':
+          return is(Command::kConnect);
+        case 'M':
+          return is(Command::kMessage);
+        default:
+          return is(Command::kReceipt);
+      }
+    case 9:
+      return s[0] == 'C' ? is(Command::kConnected) : is(Command::kSubscribe);
+    case 10:
+      return is(Command::kDisconnect);
+    case 11:
+      return is(Command::kUnsubscribe);
+    default:
+      return std::nullopt;
   }
-  return std::nullopt;
 }
 
 bool command_allows_body(Command c) {
