@@ -26,6 +26,14 @@ struct HeaderSlot {
   uint32_t value_len;
   bool name_escaped;  // the name holds a backslash escape: compare it decoded
 };
+// Masks of one 64-byte block (bit k: byte k is LF or NUL / ':' / CR or backslash) as computed
+// by every vector width this CPU supports; for the test that holds them equal. Returns how many.
+struct HeadBlockMasks {
+  uint64_t term;
+  uint64_t colon;
+  uint64_t odd;
+};
+size_t head_block_variants(const char* p, HeadBlockMasks* out, size_t max);
 }  // namespace detail
 
 // A parsed frame: views into the caller's buffer, valid until the caller moves or reuses those

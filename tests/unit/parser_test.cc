@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -986,3 +988,40 @@ TEST(ParserTest, ParseErrorMessageDescribesEveryError) {
 
 }  // namespace
 }  // namespace sluice::session
+
+#if defined(__SSE2__)
+namespace sluice::session {
+namespace {
+
+// The frame-head fast path computes its masks with SSE2, AVX2 or AVX-512BW, whichever the CPU
+// has: every variant the CPU supports must agree with a byte-by-byte reference.
+TEST(HeadBlockTest, EveryVectorWidthGivesTheReferenceMasks) {
+  std::mt19937_64 rng(20261130);
+  const char alphabet[] = {'\n', '\0', ':', '\r', '\\', 'a', 'Z', '0', ' ', char(0x80), char(0xff)};
+  size_t variants = 0;
+  for (int round = 0; round < 20000; ++round) {
+    char block[64];
+    for (char& c : block)
+      c = alphabet[rng() % sizeof alphabet];
+    uint64_t term = 0, colon = 0, odd = 0;
+    for (unsigned k = 0; k < 64; ++k) {
+      const uint64_t bit = uint64_t{1} << k;
+      if (block[k] == '\n' || block[k] == '\0') term |= bit;
+      if (block[k] == ':') colon |= bit;
+      if (block[k] == '\r' || block[k] == '\\') odd |= bit;
+    }
+    detail::HeadBlockMasks got[4];
+    variants = detail::head_block_variants(block, got, 4);
+    ASSERT_GE(variants, 1u);
+    for (size_t v = 0; v < variants; ++v) {
+      ASSERT_EQ(got[v].term, term) << "variant " << v << " round " << round;
+      ASSERT_EQ(got[v].colon, colon) << "variant " << v << " round " << round;
+      ASSERT_EQ(got[v].odd, odd) << "variant " << v << " round " << round;
+    }
+  }
+  RecordProperty("variants", int(variants));
+}
+
+}  // namespace
+}  // namespace sluice::session
+#endif

@@ -12,6 +12,8 @@ ALLOWED = {
     "operator delete(void*)", "operator delete[](void*)",
     "operator delete(void*, unsigned long)", "operator delete[](void*, unsigned long)",
     "_Unwind_Resume", "__gxx_personality_v0", "_GLOBAL_OFFSET_TABLE_",
+    # CPU feature detection that picks the parser's vector width once at start.
+    "__cpu_model", "__cpu_indicator_init",
     # SLUICE_ASSERT's failure path: print and abort (programmer errors only).
     "abort", "fprintf", "stderr",
 }
