@@ -73,41 +73,84 @@ LineScan scan_line(std::string_view buf, size_t from, size_t to) {
 }
 
 #if defined(__SSE2__)
-// Bit k of each mask describes byte p[k] of a 64-byte block.
-struct BlockMasks {
-  uint64_t term;   // LF or NUL
-  uint64_t colon;  // ':'
-  uint64_t cr;     // CR
-  uint64_t bs;     // backslash
-};
-
 inline uint64_t movemask64(__m128i a, __m128i b, __m128i c, __m128i d) {
   return uint64_t(uint32_t(_mm_movemask_epi8(a))) | uint64_t(uint32_t(_mm_movemask_epi8(b))) << 16 |
          uint64_t(uint32_t(_mm_movemask_epi8(c))) << 32 |
          uint64_t(uint32_t(_mm_movemask_epi8(d))) << 48;
 }
 
-inline BlockMasks block_masks(const char* p) {
-  const __m128i lf = _mm_set1_epi8('\n');
-  const __m128i nul = _mm_setzero_si128();
-  const __m128i colon = _mm_set1_epi8(':');
+// Masks of one 64-byte block for the frame-head fast path: bit k describes byte k.
+struct HeadBlock {
+  uint64_t term;   // LF or NUL
+  uint64_t colon;  // ':'
+  uint64_t odd;    // CR or backslash
+};
+
+HeadBlock head_block_sse2(const char* p) {
   const __m128i cr = _mm_set1_epi8('\r');
   const __m128i bs = _mm_set1_epi8('\\');
   const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
   const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
   const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 48));
-  auto term = [&](__m128i v) {
-    return _mm_or_si128(_mm_cmpeq_epi8(v, lf), _mm_cmpeq_epi8(v, nul));
+  auto is_term = [](__m128i v) {
+    return _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')),
+                        _mm_cmpeq_epi8(v, _mm_setzero_si128()));
   };
-  auto eq = [](__m128i v, __m128i c) { return _mm_cmpeq_epi8(v, c); };
-  return BlockMasks{
-      movemask64(term(v0), term(v1), term(v2), term(v3)),
-      movemask64(eq(v0, colon), eq(v1, colon), eq(v2, colon), eq(v3, colon)),
-      movemask64(eq(v0, cr), eq(v1, cr), eq(v2, cr), eq(v3, cr)),
-      movemask64(eq(v0, bs), eq(v1, bs), eq(v2, bs), eq(v3, bs)),
+  auto is_colon = [](__m128i v) { return _mm_cmpeq_epi8(v, _mm_set1_epi8(':')); };
+  auto is_odd = [&](__m128i v) {
+    return _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, bs));
   };
+  return HeadBlock{movemask64(is_term(v0), is_term(v1), is_term(v2), is_term(v3)),
+                   movemask64(is_colon(v0), is_colon(v1), is_colon(v2), is_colon(v3)),
+                   movemask64(is_odd(v0), is_odd(v1), is_odd(v2), is_odd(v3))};
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// The same masks with 64-byte compares, for CPUs that have AVX-512BW (chosen at start).
+[[gnu::target("avx512bw")]] HeadBlock head_block_avx512(const char* p) {
+  const __m512i v = _mm512_loadu_si512(p);
+  return HeadBlock{_mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\n')) |
+                       _mm512_cmpeq_epi8_mask(v, _mm512_setzero_si512()),
+                   _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(':')),
+                   _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\r')) |
+                       _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\\'))};
+}
+
+// And with 32-byte compares where AVX2 is the widest.
+[[gnu::target("avx2")]] HeadBlock head_block_avx2(const char* p) {
+  // Straight-line code: a lambda here would not inherit the target.
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+  const __m256i lf = _mm256_set1_epi8('\n');
+  const __m256i nul = _mm256_setzero_si256();
+  const __m256i colon = _mm256_set1_epi8(':');
+  const __m256i cr = _mm256_set1_epi8('\r');
+  const __m256i bs = _mm256_set1_epi8('\\');
+  const __m256i term_lo = _mm256_or_si256(_mm256_cmpeq_epi8(lo, lf), _mm256_cmpeq_epi8(lo, nul));
+  const __m256i term_hi = _mm256_or_si256(_mm256_cmpeq_epi8(hi, lf), _mm256_cmpeq_epi8(hi, nul));
+  const __m256i odd_lo = _mm256_or_si256(_mm256_cmpeq_epi8(lo, cr), _mm256_cmpeq_epi8(lo, bs));
+  const __m256i odd_hi = _mm256_or_si256(_mm256_cmpeq_epi8(hi, cr), _mm256_cmpeq_epi8(hi, bs));
+  return HeadBlock{uint64_t(uint32_t(_mm256_movemask_epi8(term_lo))) |
+                       uint64_t(uint32_t(_mm256_movemask_epi8(term_hi))) << 32,
+                   uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, colon)))) |
+                       uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, colon)))) << 32,
+                   uint64_t(uint32_t(_mm256_movemask_epi8(odd_lo))) |
+                       uint64_t(uint32_t(_mm256_movemask_epi8(odd_hi))) << 32};
+}
+
+using HeadBlockFn = HeadBlock (*)(const char*);
+HeadBlockFn pick_head_block() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512bw")) return head_block_avx512;
+  if (__builtin_cpu_supports("avx2")) return head_block_avx2;
+  return head_block_sse2;
+}
+// Chosen once when the program loads; every variant gives the same masks (tested).
+const HeadBlockFn g_head_block = pick_head_block();
+#else
+constexpr HeadBlock (*g_head_block)(const char*) = head_block_sse2;
+#endif
 #endif
 
 std::string_view strip_cr(std::string_view line) {
@@ -233,7 +276,7 @@ ParseResult Parser::scan_headers(std::string_view buf) {
 #if defined(__SSE2__)
   // Masks of the 64-byte block starting at blk; one block serves the several lines inside it,
   // so the loop over lines does not branch on each 16 bytes.
-  BlockMasks m{0, 0, 0, 0};
+  HeadBlock m{0, 0, 0};
   size_t blk = kNotFound;
 #endif
   for (;;) {
@@ -247,17 +290,24 @@ ParseResult Parser::scan_headers(std::string_view buf) {
     while (pos_ < cap) {
       if (blk == kNotFound || pos_ >= blk + 64) {
         if (pos_ + 64 > buf.size()) break;
-        m = block_masks(buf.data() + pos_);
+        m = g_head_block(buf.data() + pos_);
         blk = pos_;
       }
       const uint64_t from = ~uint64_t{0} << (pos_ - blk);
       const uint64_t term = m.term & from;
       const uint64_t range = term ? from & ((uint64_t{1} << __builtin_ctzll(term)) - 1) : from;
       const uint64_t colons = m.colon & range;
-      const uint64_t crs = m.cr & range;
       if (colons && line_colon_ == kNotFound) line_colon_ = blk + size_t(__builtin_ctzll(colons));
-      if (crs && line_cr_ == kNotFound) line_cr_ = blk + size_t(__builtin_ctzll(crs));
-      line_backslash_ |= (m.bs & range) != 0;
+      // CRs and backslashes are rare (a CR ending each line of a CRLF frame): tell them apart
+      // one by one.
+      for (uint64_t w = m.odd & range; w != 0; w &= w - 1) {
+        const size_t at = blk + size_t(__builtin_ctzll(w));
+        if (buf[at] != '\r') {
+          line_backslash_ = true;
+        } else if (line_cr_ == kNotFound) {
+          line_cr_ = at;
+        }
+      }
       if (term) {
         i = blk + size_t(__builtin_ctzll(term));
         break;
@@ -323,79 +373,6 @@ inline ParseResult Parser::end_headers(std::string_view buf) {
 
 #if defined(__SSE2__)
 namespace {
-
-// Masks of one 64-byte block for the frame-head fast path: bit k describes byte k.
-struct HeadBlock {
-  uint64_t term;   // LF or NUL
-  uint64_t colon;  // ':'
-  uint64_t odd;    // CR or backslash
-};
-
-HeadBlock head_block_sse2(const char* p) {
-  const __m128i cr = _mm_set1_epi8('\r');
-  const __m128i bs = _mm_set1_epi8('\\');
-  const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
-  const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
-  const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 48));
-  auto is_term = [](__m128i v) {
-    return _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')),
-                        _mm_cmpeq_epi8(v, _mm_setzero_si128()));
-  };
-  auto is_colon = [](__m128i v) { return _mm_cmpeq_epi8(v, _mm_set1_epi8(':')); };
-  auto is_odd = [&](__m128i v) {
-    return _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, bs));
-  };
-  return HeadBlock{movemask64(is_term(v0), is_term(v1), is_term(v2), is_term(v3)),
-                   movemask64(is_colon(v0), is_colon(v1), is_colon(v2), is_colon(v3)),
-                   movemask64(is_odd(v0), is_odd(v1), is_odd(v2), is_odd(v3))};
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// The same masks with 64-byte compares, for CPUs that have AVX-512BW (chosen at start).
-[[gnu::target("avx512bw")]] HeadBlock head_block_avx512(const char* p) {
-  const __m512i v = _mm512_loadu_si512(p);
-  return HeadBlock{_mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\n')) |
-                       _mm512_cmpeq_epi8_mask(v, _mm512_setzero_si512()),
-                   _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(':')),
-                   _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\r')) |
-                       _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\\'))};
-}
-
-// And with 32-byte compares where AVX2 is the widest.
-[[gnu::target("avx2")]] HeadBlock head_block_avx2(const char* p) {
-  // Straight-line code: a lambda here would not inherit the target.
-  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
-  const __m256i lf = _mm256_set1_epi8('\n');
-  const __m256i nul = _mm256_setzero_si256();
-  const __m256i colon = _mm256_set1_epi8(':');
-  const __m256i cr = _mm256_set1_epi8('\r');
-  const __m256i bs = _mm256_set1_epi8('\\');
-  const __m256i term_lo = _mm256_or_si256(_mm256_cmpeq_epi8(lo, lf), _mm256_cmpeq_epi8(lo, nul));
-  const __m256i term_hi = _mm256_or_si256(_mm256_cmpeq_epi8(hi, lf), _mm256_cmpeq_epi8(hi, nul));
-  const __m256i odd_lo = _mm256_or_si256(_mm256_cmpeq_epi8(lo, cr), _mm256_cmpeq_epi8(lo, bs));
-  const __m256i odd_hi = _mm256_or_si256(_mm256_cmpeq_epi8(hi, cr), _mm256_cmpeq_epi8(hi, bs));
-  return HeadBlock{uint64_t(uint32_t(_mm256_movemask_epi8(term_lo))) |
-                       uint64_t(uint32_t(_mm256_movemask_epi8(term_hi))) << 32,
-                   uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, colon)))) |
-                       uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, colon)))) << 32,
-                   uint64_t(uint32_t(_mm256_movemask_epi8(odd_lo))) |
-                       uint64_t(uint32_t(_mm256_movemask_epi8(odd_hi))) << 32};
-}
-
-using HeadBlockFn = HeadBlock (*)(const char*);
-HeadBlockFn pick_head_block() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512bw")) return head_block_avx512;
-  if (__builtin_cpu_supports("avx2")) return head_block_avx2;
-  return head_block_sse2;
-}
-// Chosen once when the program loads; every variant gives the same masks (tested).
-const HeadBlockFn g_head_block = pick_head_block();
-#else
-constexpr HeadBlock (*g_head_block)(const char*) = head_block_sse2;
-#endif
 
 // Bitmasks of up to sixteen 64-byte blocks (1 KiB) from a frame's start, computed as the scan
 // reaches them. Only whole blocks inside the buffer are used: a frame nearer its end takes the

@@ -22,6 +22,7 @@
 
 #include "dataplane/session/parser.h"
 #include "dataplane/session/stomp.h"
+#include "tests/fuzz/fuzz_rng.h"
 
 namespace {
 
@@ -30,26 +31,7 @@ namespace ss = sluice::session;
 // Large enough for any frame the default limits accept, small enough to keep runs fast.
 constexpr size_t kStreamBytesMax = 256u << 10;
 
-// Deterministic piece sizes derived from the input (splitmix64 seeded by an FNV-1a hash).
-class Rng {
- public:
-  explicit Rng(std::string_view data) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : data)
-      h = (h ^ c) * 1099511628211ull;
-    state_ = h;
-  }
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  size_t below(size_t n) { return size_t(next() % n); }
-
- private:
-  uint64_t state_ = 0;
-};
+using sluice::fuzz::Rng;
 
 struct Options {
   ss::Version version;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "dataplane/session/session.h"
+#include "tests/fuzz/fuzz_rng.h"
 
 namespace {
 
@@ -37,25 +38,7 @@ constexpr size_t kStreamBytesMax = 128u << 10;
 constexpr size_t kStepsMax = 1u << 20;
 constexpr size_t kRepliesPerNextMax = 4;
 
-class Rng {
- public:
-  explicit Rng(std::string_view data) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : data)
-      h = (h ^ c) * 1099511628211ull;
-    state_ = h;
-  }
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  size_t below(size_t n) { return size_t(next() % n); }
-
- private:
-  uint64_t state_ = 0;
-};
+using sluice::fuzz::Rng;
 
 enum class Durability : uint8_t { kAtOnce, kWhenWaiting, kFailSecond, kRequestEnd };
 
