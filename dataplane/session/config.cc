@@ -21,6 +21,11 @@ std::string SessionConfig::validate() const {
   for (const std::string& p : owned_prefixes) {
     if (p.empty()) return "owned_prefixes must not contain an empty prefix";
   }
+  // CONNECTED carries it on every session; it must fit the prelude's reply buffer and a header.
+  if (server.empty() || server.size() > 255 ||
+      server.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos) {
+    return "server must be 1..255 bytes without CR, LF or NUL";
+  }
   if (default_vhost.empty() || default_vhost.size() > 255) {
     return "default_vhost must be 1..255 bytes";
   }

@@ -511,6 +511,11 @@ TEST(SessionConfigTest, ValidateNamesTheBadSetting) {
   c.versions = VersionSet();
   EXPECT_NE(c.validate().find("versions"), std::string::npos);
   c = SessionConfig{};
+  c.server = std::string(256, 's');
+  EXPECT_NE(c.validate().find("server"), std::string::npos);
+  c.server = "sluice\n";
+  EXPECT_NE(c.validate().find("server"), std::string::npos);
+  c = SessionConfig{};
   c.owned_prefixes = {""};
   EXPECT_NE(c.validate().find("owned_prefixes"), std::string::npos);
   c = SessionConfig{};

@@ -1,0 +1,694 @@
+// Strict TOML loader for the gateway's config: errors name the file, the line and the dotted key.
+#include "control/config.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <initializer_list>
+#include <map>
+#include <utility>
+
+// toml++ 3.3 asserts a precondition that its table-header parser does not establish: "[=]" aborts
+// a build with assertions (fixed upstream in marzer/tomlplusplus#301). Without the assertion the
+// parser reports a normal syntax error, so its assertions are turned off here, and NDEBUG is hidden
+// while it is included so that clang does not turn them into optimiser assumptions instead.
+// Matters only when toml++ is compiled header-only into this file; the packaged shared library is
+// built without them.
+#pragma push_macro("NDEBUG")
+#undef NDEBUG
+#define TOML_ASSERT(expr) static_assert(true)
+#include <toml++/toml.h>
+#pragma pop_macro("NDEBUG")
+
+static_assert(TOML_EXCEPTIONS, "the config loader reports TOML syntax errors through exceptions");
+
+namespace sluice::control {
+namespace {
+
+// A config file is a few kilobytes; the cap keeps a wrong path (a log, a device) from being read
+// whole into memory.
+constexpr size_t kConfigBytesMax = 1u << 20;
+constexpr size_t kNameBytesMax = 64;
+// sun_path holds 108 bytes including the terminating NUL.
+constexpr size_t kUnixSocketPathBytesMax = 107;
+// The CONNECTED reply is built in a 1 KiB buffer; 255 leaves room for the fixed headers.
+constexpr size_t kServerBytesMax = 255;
+constexpr size_t kVhostBytesMax = 255;
+constexpr int64_t kSessionsMax = 1'000'000;
+constexpr int64_t kSessionTimeoutMsMax = 86'400'000;  // one day
+constexpr int64_t kConnectTimeoutMsMax = 600'000;
+constexpr int64_t kIntervalMsMin = 100;
+constexpr int64_t kIntervalMsMax = 3'600'000;
+constexpr int64_t kTimeoutMsMin = 10;
+constexpr int64_t kWorkersMax = 64;
+constexpr int64_t kRiseFallMax = 100;
+
+// Thrown by the readers below and caught in parse_config only: start-up code, where an exception
+// keeps every check a single line.
+struct Invalid {
+  uint32_t line;
+  std::string key;
+  std::string message;
+};
+
+[[noreturn]] void fail(uint32_t line, std::string key, std::string message) {
+  throw Invalid{line, std::move(key), std::move(message)};
+}
+
+uint32_t line_of(const toml::node& n) {
+  return n.source().begin.line;
+}
+
+std::string_view type_name(const toml::node& n) {
+  constexpr std::string_view kNames[] = {
+      "nothing",   "a table", "an array", "a string",   "an integer", "a floating-point number",
+      "a boolean", "a date",  "a time",   "a date-time"};
+  static_assert(std::size(kNames) == size_t(toml::node_type::date_time) + 1);
+  return kNames[size_t(n.type())];
+}
+
+[[noreturn]] void wrong_type(const toml::node& n, std::string key, std::string_view expected) {
+  fail(line_of(n), std::move(key),
+       "must be " + std::string(expected) + ", not " + std::string(type_name(n)));
+}
+
+bool has_line_breaks_or_nul(std::string_view s) {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
+}
+
+// [A-Za-z0-9._-]{1,64}: safe in logs, metrics labels, message ids and file names.
+bool valid_name(std::string_view s) {
+  if (s.empty() || s.size() > kNameBytesMax) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  });
+}
+constexpr std::string_view kNameRule = "must be 1 to 64 characters from A-Z a-z 0-9 . _ -";
+
+struct Item {
+  std::string value;
+  uint32_t line;
+};
+
+// One TOML table and its dotted path. Refuses, on construction, every key it was not told about,
+// and reads the known ones with their types and ranges.
+class Table {
+ public:
+  Table(const toml::table& t, std::string path, std::string where,
+        std::initializer_list<std::string_view> known)
+      : t_(t), path_(std::move(path)) {
+    const toml::key* unknown = nullptr;
+    for (auto&& [k, v] : t_) {
+      if (std::find(known.begin(), known.end(), k.str()) != known.end()) continue;
+      if (unknown == nullptr ||
+          line_of_key(k, v) < line_of_key(*unknown, *t_.get(unknown->str()))) {
+        unknown = &k;
+      }
+    }
+    if (unknown != nullptr) {
+      std::string allowed;
+      for (std::string_view k : known) {
+        allowed += (allowed.empty() ? "" : ", ") + std::string(k);
+      }
+      fail(line_of_key(*unknown, *t_.get(unknown->str())), key(unknown->str()),
+           "unknown key; the keys allowed in " + where + " are: " + allowed);
+    }
+  }
+
+  std::string key(std::string_view k) const {
+    return path_.empty() ? std::string(k) : path_ + "." + std::string(k);
+  }
+  // The table's header line; 0 for the top level, which has no line of its own.
+  uint32_t line() const { return path_.empty() ? 0 : line_of(t_); }
+  const toml::node* get(std::string_view k) const { return t_.get(k); }
+  // For a key that must be there, or that is wrong only in combination with others.
+  uint32_t line_of_or_table(std::string_view k) const {
+    const toml::node* n = t_.get(k);
+    return n != nullptr ? line_of(*n) : line();
+  }
+  [[noreturn]] void fail_at(std::string_view k, std::string message) const {
+    fail(line_of_or_table(k), key(k), std::move(message));
+  }
+
+  std::optional<std::string> string(std::string_view k) const {
+    const toml::node* n = t_.get(k);
+    if (n == nullptr) return std::nullopt;
+    const toml::value<std::string>* s = n->as_string();
+    if (s == nullptr) wrong_type(*n, key(k), "a string");
+    return s->get();
+  }
+
+  // A string that goes into a STOMP header or a log line as it is.
+  std::optional<std::string> header_value(std::string_view k) const {
+    std::optional<std::string> s = string(k);
+    if (s && has_line_breaks_or_nul(*s)) fail_at(k, "must not contain CR, LF or NUL");
+    return s;
+  }
+
+  std::optional<std::string> path(std::string_view k, size_t bytes_max = 4095) const {
+    std::optional<std::string> s = string(k);
+    if (!s) return s;
+    if (s->empty()) fail_at(k, "must not be empty");
+    if (s->find('\0') != std::string::npos) fail_at(k, "must not contain NUL");
+    if (s->size() > bytes_max) {
+      fail_at(k, "must be at most " + std::to_string(bytes_max) + " bytes long");
+    }
+    return s;
+  }
+
+  std::optional<int64_t> integer(std::string_view k, int64_t lo, int64_t hi) const {
+    const toml::node* n = t_.get(k);
+    if (n == nullptr) return std::nullopt;
+    const toml::value<int64_t>* i = n->as_integer();
+    if (i == nullptr) wrong_type(*n, key(k), "an integer");
+    if (i->get() < lo || i->get() > hi) {
+      fail_at(k, "must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    }
+    return i->get();
+  }
+
+  std::optional<bool> boolean(std::string_view k) const {
+    const toml::node* n = t_.get(k);
+    if (n == nullptr) return std::nullopt;
+    const toml::value<bool>* b = n->as_boolean();
+    if (b == nullptr) wrong_type(*n, key(k), "a boolean (true or false)");
+    return b->get();
+  }
+
+  std::optional<std::vector<Item>> strings(std::string_view k) const {
+    const toml::node* n = t_.get(k);
+    if (n == nullptr) return std::nullopt;
+    const toml::array* a = n->as_array();
+    if (a == nullptr) wrong_type(*n, key(k), "an array of strings");
+    std::vector<Item> out;
+    for (size_t i = 0; i < a->size(); ++i) {
+      const toml::node& e = *a->get(i);
+      const toml::value<std::string>* s = e.as_string();
+      if (s == nullptr) wrong_type(e, key(k) + "[" + std::to_string(i) + "]", "a string");
+      out.push_back(Item{s->get(), line_of(e)});
+    }
+    return out;
+  }
+
+  std::optional<Table> table(std::string_view k,
+                             std::initializer_list<std::string_view> known) const {
+    const toml::node* n = t_.get(k);
+    if (n == nullptr) return std::nullopt;
+    const toml::table* t = n->as_table();
+    if (t == nullptr) wrong_type(*n, key(k), "a table");
+    return Table(*t, key(k), "[" + key(k) + "]", known);
+  }
+
+ private:
+  static uint32_t line_of_key(const toml::key& k, const toml::node& v) {
+    uint32_t l = k.source().begin.line;
+    return l != 0 ? l : line_of(v);
+  }
+
+  const toml::table& t_;
+  std::string path_;
+};
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Dotted quad, four decimal octets without leading zeros (which some parsers read as octal).
+std::optional<std::array<uint8_t, 4>> parse_ipv4(std::string_view s) {
+  std::array<uint8_t, 4> out{};
+  for (size_t i = 0; i < 4; ++i) {
+    size_t dot = i < 3 ? s.find('.') : s.size();
+    if (dot == std::string_view::npos) return std::nullopt;
+    std::string_view part = s.substr(0, dot);
+    if (!all_digits(part) || part.size() > 3 || (part.size() > 1 && part[0] == '0')) {
+      return std::nullopt;
+    }
+    int v = 0;
+    for (char c : part) {
+      v = v * 10 + (c - '0');
+    }
+    if (v > 255) return std::nullopt;
+    out[i] = uint8_t(v);
+    s.remove_prefix(i < 3 ? dot + 1 : dot);
+  }
+  return out;
+}
+
+// RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens; the last label is
+// not all digits, so that a mistyped address is not taken for a name.
+bool valid_hostname(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  std::string_view last;
+  while (true) {
+    size_t dot = s.find('.');
+    std::string_view label = s.substr(0, dot);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+      return false;
+    }
+    for (char c : label) {
+      bool ok =
+          (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+      if (!ok) return false;
+    }
+    last = label;
+    if (dot == std::string_view::npos) break;
+    s.remove_prefix(dot + 1);
+  }
+  return !all_digits(last);
+}
+
+bool looks_numeric(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == '.' || (c >= '0' && c <= '9'); });
+}
+
+// Parses "HOST:PORT"; returns what is wrong, or nothing when valid.
+std::optional<std::string> parse_host_port(std::string_view s, ListenAddress* out) {
+  if (!s.empty() && s.front() == '[') {
+    return "IPv6 addresses are not supported yet; use an IPv4 address or a host name";
+  }
+  size_t colon = s.rfind(':');
+  if (colon == std::string_view::npos) return "must be HOST:PORT, e.g. \"127.0.0.1:61613\"";
+  std::string_view host = s.substr(0, colon);
+  std::string_view port = s.substr(colon + 1);
+  if (host.find(':') != std::string_view::npos) {
+    return "IPv6 addresses are not supported yet; use an IPv4 address or a host name";
+  }
+  if (host.empty()) return "must be HOST:PORT with a host, e.g. \"127.0.0.1:61613\"";
+  if (looks_numeric(host) ? !parse_ipv4(host) : !valid_hostname(host)) {
+    return "host \"" + std::string(host) + "\" is neither an IPv4 address nor a valid host name";
+  }
+  uint32_t p = 0;
+  if (!all_digits(port) || port.size() > 5) return "port must be a number between 1 and 65535";
+  for (char c : port) {
+    p = p * 10 + uint32_t(c - '0');
+  }
+  if (p < 1 || p > 65535) return "port must be between 1 and 65535";
+  out->host = std::string(host);
+  out->port = uint16_t(p);
+  return std::nullopt;
+}
+
+std::optional<ListenAddress> read_address(const Table& t, std::string_view k) {
+  std::optional<std::string> s = t.string(k);
+  if (!s) return std::nullopt;
+  ListenAddress a;
+  if (std::optional<std::string> why = parse_host_port(*s, &a)) t.fail_at(k, *why);
+  return a;
+}
+
+bool is_loopback(std::string_view host) {
+  if (host == "localhost") return true;
+  std::optional<std::array<uint8_t, 4>> v4 = parse_ipv4(host);
+  return v4 && (*v4)[0] == 127;
+}
+
+// interval_ms and timeout_ms of a periodic check: a probe must end before the next one starts.
+void read_interval_timeout(const Table& t, uint32_t* interval_ms, uint32_t* timeout_ms) {
+  if (auto v = t.integer("interval_ms", kIntervalMsMin, kIntervalMsMax)) {
+    *interval_ms = uint32_t(*v);
+  }
+  if (auto v = t.integer("timeout_ms", kTimeoutMsMin, kIntervalMsMax)) *timeout_ms = uint32_t(*v);
+  if (*timeout_ms < *interval_ms) return;
+  if (t.get("timeout_ms") != nullptr) {
+    t.fail_at("timeout_ms", "must be less than interval_ms (" + std::to_string(*interval_ms) + ")");
+  }
+  t.fail_at("interval_ms", "must be greater than timeout_ms (" + std::to_string(*timeout_ms) +
+                               " by default); set timeout_ms lower too");
+}
+
+void read_gateway(const Table& root, GatewayConfig* c) {
+  std::optional<Table> t = root.table("gateway", {"id", "state_dir", "workers"});
+  if (!t) return;
+  if (auto v = t->string("id")) {
+    if (!valid_name(*v)) t->fail_at("id", std::string(kNameRule));
+    c->id = *v;
+  }
+  if (auto v = t->path("state_dir")) c->state_dir = *v;
+  if (auto v = t->integer("workers", 1, kWorkersMax)) c->workers = uint32_t(*v);
+}
+
+void read_listen(const Table& root, GatewayConfig* c) {
+  std::optional<Table> t = root.table("listen", {"address"});
+  if (!t) return;
+  if (auto a = read_address(*t, "address")) c->listen = *a;
+}
+
+void read_admin(const Table& root, GatewayConfig* c) {
+  std::optional<Table> t = root.table("admin", {"socket", "tcp", "log_level"});
+  if (!t) return;
+  if (auto v = t->path("socket", kUnixSocketPathBytesMax)) c->admin_socket = *v;
+  if (auto a = read_address(*t, "tcp")) {
+    if (!is_loopback(a->host)) {
+      t->fail_at("tcp",
+                 "host must be a loopback address (127.x.x.x or localhost): the admin API has no "
+                 "authentication; reach it from elsewhere through an SSH tunnel");
+    }
+    c->admin_tcp = *a;
+  }
+  if (auto v = t->string("log_level")) {
+    std::optional<LogLevel> l = parse_log_level(*v);
+    if (!l) t->fail_at("log_level", "must be \"debug\", \"info\", \"warn\" or \"error\"");
+    c->log_level = *l;
+  }
+}
+
+void read_stomp(const Table& root, GatewayConfig* c) {
+  std::optional<Table> t =
+      root.table("stomp", {"versions", "owned_prefixes", "default_vhost", "server"});
+  if (!t) return;
+  if (auto items = t->strings("versions")) {
+    if (items->empty()) {
+      t->fail_at("versions", "must name at least one of \"1.0\", \"1.1\", \"1.2\"");
+    }
+    session::VersionSet set;
+    for (size_t i = 0; i < items->size(); ++i) {
+      const Item& it = (*items)[i];
+      std::string k = t->key("versions") + "[" + std::to_string(i) + "]";
+      std::optional<session::Version> v = session::parse_version(it.value);
+      if (!v) fail(it.line, k, "must be \"1.0\", \"1.1\" or \"1.2\"");
+      if (set.has(*v)) fail(it.line, k, "duplicate version \"" + it.value + "\"; list each once");
+      set.add(*v);
+    }
+    c->session.versions = set;
+  }
+  if (auto items = t->strings("owned_prefixes")) {
+    c->session.owned_prefixes.clear();
+    for (size_t i = 0; i < items->size(); ++i) {
+      const Item& it = (*items)[i];
+      if (it.value.empty()) {
+        fail(it.line, t->key("owned_prefixes") + "[" + std::to_string(i) + "]",
+             "must not be empty (an empty prefix would claim every destination)");
+      }
+      c->session.owned_prefixes.push_back(it.value);
+    }
+  }
+  if (auto v = t->string("default_vhost")) {
+    if (v->empty() || v->size() > kVhostBytesMax) {
+      t->fail_at("default_vhost", "must be 1 to 255 bytes");
+    }
+    c->session.default_vhost = *v;
+  }
+  if (auto v = t->header_value("server")) {
+    if (v->empty() || v->size() > kServerBytesMax) t->fail_at("server", "must be 1 to 255 bytes");
+    c->session.server = *v;
+  }
+}
+
+void read_limits(const Table& root, GatewayConfig* c) {
+  using session::FrameLimits;
+  std::optional<Table> t =
+      root.table("limits", {"sessions_max", "sessions_per_source_max", "prelude_sessions_max",
+                            "prelude_bytes_max", "frame_bytes_max", "header_count_max",
+                            "header_line_bytes_max", "body_bytes_max", "frame_timeout_ms",
+                            "prelude_idle_timeout_ms", "connect_timeout_ms"});
+  if (t) {
+    constexpr int64_t kBytesCeiling = FrameLimits::kFrameBytesCeiling;
+    session::SessionConfig& s = c->session;
+    if (auto v = t->integer("sessions_max", 1, kSessionsMax)) c->sessions_max = uint32_t(*v);
+    if (auto v = t->integer("sessions_per_source_max", 1, kSessionsMax)) {
+      c->sessions_per_source_max = uint32_t(*v);
+    }
+    if (auto v = t->integer("prelude_sessions_max", 1, kSessionsMax)) {
+      c->prelude_sessions_max = uint32_t(*v);
+    }
+    if (auto v = t->integer("prelude_bytes_max", 64, kBytesCeiling)) {
+      s.prelude_bytes_max = uint32_t(*v);
+    }
+    if (auto v = t->integer("frame_bytes_max", 64, kBytesCeiling)) {
+      s.frame_limits.frame_bytes_max = uint32_t(*v);
+    }
+    if (auto v = t->integer("header_count_max", 1, FrameLimits::kHeaderCountCeiling)) {
+      s.frame_limits.header_count_max = uint32_t(*v);
+    }
+    if (auto v = t->integer("header_line_bytes_max", 16, kBytesCeiling)) {
+      s.frame_limits.header_line_bytes_max = uint32_t(*v);
+    }
+    if (auto v = t->integer("body_bytes_max", 0, kBytesCeiling)) {
+      s.frame_limits.body_bytes_max = uint32_t(*v);
+    }
+    if (auto v = t->integer("frame_timeout_ms", 1, kSessionTimeoutMsMax)) {
+      s.frame_timeout_ns = *v * session::kNanosPerMilli;
+    }
+    if (auto v = t->integer("prelude_idle_timeout_ms", 1, kSessionTimeoutMsMax)) {
+      s.prelude_idle_timeout_ns = *v * session::kNanosPerMilli;
+    }
+    if (auto v = t->integer("connect_timeout_ms", 1, kConnectTimeoutMsMax)) {
+      c->connect_timeout_ms = uint32_t(*v);
+    }
+  }
+  // The keys are valid one by one; the session core checks how they combine.
+  std::string why = c->session.validate();
+  if (!why.empty()) fail(t ? t->line() : 0, "limits", why);
+}
+
+void read_health(const Table& root, GatewayConfig* c) {
+  std::optional<Table> t = root.table(
+      "health", {"probe", "interval_ms", "timeout_ms", "rise", "fall", "login", "passcode_file"});
+  if (!t) return;
+  HealthConfig& h = c->health;
+  if (auto v = t->string("probe")) {
+    if (*v == "tcp") {
+      h.probe = ProbeKind::kTcp;
+    } else if (*v == "stomp") {
+      h.probe = ProbeKind::kStomp;
+    } else {
+      t->fail_at("probe", "must be \"tcp\" or \"stomp\"");
+    }
+  }
+  read_interval_timeout(*t, &h.interval_ms, &h.timeout_ms);
+  if (auto v = t->integer("rise", 1, kRiseFallMax)) h.rise = uint32_t(*v);
+  if (auto v = t->integer("fall", 1, kRiseFallMax)) h.fall = uint32_t(*v);
+  if (auto v = t->header_value("login")) h.login = *v;
+  if (auto v = t->string("passcode_file")) {
+    if (v->find('\0') != std::string::npos) t->fail_at("passcode_file", "must not contain NUL");
+    h.passcode_file = *v;
+  }
+  if (h.probe == ProbeKind::kStomp && h.passcode_file.empty()) {
+    t->fail_at("passcode_file",
+               "required when probe = \"stomp\": the path of a file holding the probe's passcode");
+  }
+}
+
+void read_placement(const Table& root, GatewayConfig* c) {
+  std::optional<Table> t = root.table("placement", {"policy"});
+  if (!t) return;
+  if (auto v = t->string("policy")) {
+    if (*v == placement_policy_name(PlacementPolicy::kRendezvous)) {
+      c->placement = PlacementPolicy::kRendezvous;
+    } else if (*v == placement_policy_name(PlacementPolicy::kLeastQueues)) {
+      c->placement = PlacementPolicy::kLeastQueues;
+    } else {
+      t->fail_at("policy", "must be \"rendezvous\" or \"least-queues\"");
+    }
+  }
+}
+
+void read_nodes(const Table& root, GatewayConfig* c) {
+  const toml::node* n = root.get("nodes");
+  constexpr std::string_view kHowTo =
+      "at least one [[nodes]] table with name and address is required";
+  if (n == nullptr) fail(0, "nodes", std::string(kHowTo));
+  const toml::array* a = n->as_array();
+  if (a == nullptr) wrong_type(*n, "nodes", "an array of tables (write each node as [[nodes]])");
+  if (a->empty()) fail(line_of(*n), "nodes", std::string(kHowTo));
+  if (a->size() > kNodesMax) {
+    fail(line_of(*a->get(kNodesMax)), "nodes",
+         "at most " + std::to_string(kNodesMax) + " nodes are supported");
+  }
+  std::map<std::string, size_t, std::less<>> names;
+  std::map<std::string, size_t, std::less<>> broker_names;
+  for (size_t i = 0; i < a->size(); ++i) {
+    std::string path = "nodes[" + std::to_string(i) + "]";
+    const toml::node& e = *a->get(i);
+    const toml::table* tt = e.as_table();
+    if (tt == nullptr) wrong_type(e, path, "a table");
+    Table t(*tt, path, "[[nodes]]", {"name", "address", "weight", "broker_node"});
+    NodeSpec spec;
+    std::optional<std::string> name = t.string("name");
+    if (!name) t.fail_at("name", "required: the node's unique name, e.g. \"rabbit1\"");
+    if (!valid_name(*name)) t.fail_at("name", std::string(kNameRule));
+    if (auto it = names.find(*name); it != names.end()) {
+      t.fail_at("name", "duplicate node name \"" + *name + "\" (also nodes[" +
+                            std::to_string(it->second) + "]); node names must be unique");
+    }
+    names.emplace(*name, i);
+    spec.name = *name;
+    std::optional<ListenAddress> addr = read_address(t, "address");
+    if (!addr) {
+      t.fail_at("address", "required: the node's STOMP HOST:PORT, e.g. \"10.0.0.1:61613\"");
+    }
+    spec.host = addr->host;
+    spec.port = addr->port;
+    if (auto v = t.integer("weight", 1, kWeightMax)) spec.weight = uint32_t(*v);
+    std::string broker_node = t.header_value("broker_node").value_or("");
+    if (!broker_node.empty()) {
+      if (auto it = broker_names.find(broker_node); it != broker_names.end()) {
+        t.fail_at("broker_node", "duplicate broker node \"" + broker_node + "\" (also nodes[" +
+                                     std::to_string(it->second) + "]); each must be unique");
+      }
+      broker_names.emplace(broker_node, i);
+    }
+    c->nodes.push_back(std::move(spec));
+    c->broker_node_names.push_back(std::move(broker_node));
+  }
+}
+
+void read_feed(const Table& root, GatewayConfig* c) {
+  std::optional<Table> feed = root.table("feed", {"rabbitmq"});
+  if (!feed) return;
+  std::optional<Table> t = feed->table(
+      "rabbitmq", {"enabled", "urls", "login", "passcode_file", "interval_ms", "timeout_ms"});
+  if (!t) return;
+  RabbitFeedConfig& f = c->rabbitmq_feed;
+  if (auto v = t->boolean("enabled")) f.enabled = *v;
+  if (auto items = t->strings("urls")) {
+    for (size_t i = 0; i < items->size(); ++i) {
+      const Item& it = (*items)[i];
+      constexpr std::string_view kScheme = "http://";
+      bool ok = it.value.starts_with(kScheme) && it.value.size() > kScheme.size() &&
+                std::none_of(it.value.begin(), it.value.end(),
+                             [](unsigned char ch) { return ch <= ' ' || ch == 0x7f; });
+      if (!ok) {
+        fail(it.line, t->key("urls") + "[" + std::to_string(i) + "]",
+             "must be an http:// URL without spaces, e.g. \"http://127.0.0.1:15672\" (https is "
+             "not supported)");
+      }
+      f.urls.push_back(it.value);
+    }
+  }
+  if (auto v = t->header_value("login")) {
+    // HTTP basic authentication separates user and password with the first colon.
+    if (v->find(':') != std::string::npos) t->fail_at("login", "must not contain ':'");
+    f.login = *v;
+  }
+  if (auto v = t->string("passcode_file")) {
+    if (v->find('\0') != std::string::npos) t->fail_at("passcode_file", "must not contain NUL");
+    f.passcode_file = *v;
+  }
+  read_interval_timeout(*t, &f.interval_ms, &f.timeout_ms);
+  if (!f.enabled) return;
+  if (f.urls.empty()) {
+    t->fail_at("urls",
+               "required when enabled = true: the management API base URLs, e.g. "
+               "[\"http://127.0.0.1:15672\"]");
+  }
+  if (f.passcode_file.empty()) {
+    t->fail_at("passcode_file",
+               "required when enabled = true: the path of a file holding the API password");
+  }
+}
+
+GatewayConfig read_config(const toml::table& doc) {
+  Table root(
+      doc, "", "the top level",
+      {"gateway", "listen", "admin", "stomp", "limits", "health", "placement", "nodes", "feed"});
+  GatewayConfig c;
+  read_gateway(root, &c);
+  read_listen(root, &c);
+  read_admin(root, &c);
+  read_stomp(root, &c);
+  read_limits(root, &c);
+  read_health(root, &c);
+  read_placement(root, &c);
+  read_nodes(root, &c);
+  read_feed(root, &c);
+  return c;
+}
+
+}  // namespace
+
+std::string ConfigError::to_string() const {
+  std::string s = file;
+  if (line != 0) s += ":" + std::to_string(line);
+  s += ": ";
+  if (!key.empty()) s += key + ": ";
+  s += message;
+  return s;
+}
+
+ConfigResult parse_config(std::string_view text, const std::string& path) {
+  try {
+    toml::table doc = toml::parse(text, std::string_view(path));
+    return read_config(doc);
+  } catch (const Invalid& e) {
+    return ConfigError{path, e.line, e.key, e.message};
+  } catch (const toml::parse_error& e) {
+    return ConfigError{path, e.source().begin.line, "", std::string(e.description())};
+  } catch (const std::exception& e) {
+    return ConfigError{path, 0, "", std::string("cannot load the config: ") + e.what()};
+  }
+}
+
+ConfigResult load_config(const std::string& path) {
+  auto cannot_read = [&path](int err) {
+    return ConfigError{path, 0, "", std::string("cannot read the config file: ") + strerror(err)};
+  };
+  const std::string too_large =
+      "the config file is larger than " + std::to_string(kConfigBytesMax) + " bytes";
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // a FIFO must not block
+  if (f.fd < 0) return cannot_read(errno);
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) return cannot_read(errno);
+  if (!S_ISREG(st.st_mode)) {
+    return ConfigError{path, 0, "", "the config path is not a regular file"};
+  }
+  if (size_t(st.st_size) > kConfigBytesMax) return ConfigError{path, 0, "", too_large};
+  // One byte over the cap tells a file that grew since fstat from one that did not.
+  std::string text(kConfigBytesMax + 1, '\0');
+  size_t n = 0;
+  while (n < text.size()) {
+    ssize_t r = ::read(f.fd, text.data() + n, text.size() - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return cannot_read(errno);
+    if (r == 0) break;
+    n += size_t(r);
+  }
+  if (n > kConfigBytesMax) return ConfigError{path, 0, "", too_large};
+  text.resize(n);
+  return parse_config(text, path);
+}
+
+std::string_view log_level_name(LogLevel l) {
+  switch (l) {
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+std::optional<LogLevel> parse_log_level(std::string_view s) {
+  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
+    if (s == log_level_name(l)) return l;
+  }
+  return std::nullopt;
+}
+
+std::string_view placement_policy_name(PlacementPolicy p) {
+  switch (p) {
+    case PlacementPolicy::kRendezvous:
+      return "rendezvous";
+    case PlacementPolicy::kLeastQueues:
+      return "least-queues";
+  }
+  return "unknown";
+}
+
+}  // namespace sluice::control

@@ -1,0 +1,93 @@
+// The gateway's configuration (TOML, DESIGN section 9): every key, its type, default and limits.
+// Loading is strict: an unknown key, a wrong type or an impossible value is an error naming the
+// key, the file and the line.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "control/node.h"
+#include "dataplane/session/config.h"
+
+namespace sluice::control {
+
+struct ListenAddress {
+  std::string host;  // IPv4 address, "::"/IPv6 in brackets not yet supported
+  uint16_t port = 0;
+};
+
+enum class ProbeKind : uint8_t { kTcp, kStomp };
+enum class PlacementPolicy : uint8_t { kRendezvous, kLeastQueues };
+enum class LogLevel : uint8_t { kDebug, kInfo, kWarn, kError };
+
+struct HealthConfig {
+  ProbeKind probe = ProbeKind::kTcp;
+  uint32_t interval_ms = 2000;  // between probes of one node
+  uint32_t timeout_ms = 1000;   // one probe; must be below interval_ms
+  uint32_t rise = 2;            // consecutive successes that bring a down node up
+  uint32_t fall = 3;          // consecutive failures (probes or passive reports) that take it down
+  std::string login;          // stomp probe: CONNECT login (empty: none)
+  std::string passcode_file;  // stomp probe: file holding the passcode (never the passcode)
+};
+
+struct RabbitFeedConfig {
+  bool enabled = false;
+  std::vector<std::string> urls;  // management API base URLs, tried in order
+  std::string login;
+  std::string passcode_file;
+  uint32_t interval_ms = 5000;
+  uint32_t timeout_ms = 2000;
+};
+
+struct GatewayConfig {
+  // [gateway]
+  std::string id = "sluice";  // in sluice-message-id; [A-Za-z0-9._-]{1,64}
+  std::string state_dir = "/var/lib/sluice";
+  uint32_t workers = 1;
+  // [listen]
+  ListenAddress listen{"0.0.0.0", 61613};
+  // [admin]
+  std::string admin_socket = "/run/sluice/admin.sock";
+  std::optional<ListenAddress> admin_tcp;  // loopback only
+  LogLevel log_level = LogLevel::kInfo;
+  // [stomp] and [limits]: the session core's settings (versions, prefixes, frame and prelude
+  // limits, timeouts).
+  session::SessionConfig session;
+  uint32_t sessions_max = 10'000;
+  uint32_t sessions_per_source_max = 1'000;
+  uint32_t prelude_sessions_max = 10'000;
+  uint32_t connect_timeout_ms = 2'000;
+  // [health], [placement], [[nodes]], [feed.rabbitmq]
+  HealthConfig health;
+  PlacementPolicy placement = PlacementPolicy::kRendezvous;
+  std::vector<NodeSpec> nodes;
+  // RabbitMQ node name ("rabbit@host") of each node, same order as nodes; empty: not mapped.
+  std::vector<std::string> broker_node_names;
+  RabbitFeedConfig rabbitmq_feed;
+};
+
+struct ConfigError {
+  std::string file;
+  uint32_t line = 0;  // 1-based; 0 when the error is not tied to a line
+  std::string key;    // dotted path, e.g. "nodes[1].weight"
+  std::string message;
+  // "sluice.toml:12: nodes[1].weight: must be between 1 and 10000"
+  std::string to_string() const;
+};
+
+using ConfigResult = std::variant<GatewayConfig, ConfigError>;
+
+// Reads and validates a config file.
+ConfigResult load_config(const std::string& path);
+// The same from text (path is only used in messages).
+ConfigResult parse_config(std::string_view text, const std::string& path);
+
+std::string_view log_level_name(LogLevel l);
+std::optional<LogLevel> parse_log_level(std::string_view s);
+std::string_view placement_policy_name(PlacementPolicy p);
+
+}  // namespace sluice::control

@@ -1,0 +1,93 @@
+// The ownership table on the control thread: (vhost, queue) -> node, from three sources with
+// precedence pinned > learned > placed (DESIGN section 5). Placements are sticky: once recorded a
+// queue keeps its node when nodes are added. Placed and pinned entries persist in the state
+// directory; learned ones come back from the broker feeds.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "control/node.h"
+
+namespace sluice::control {
+
+enum class OwnerSource : uint8_t { kPlaced, kLearned, kPinned };  // ascending precedence
+std::string_view owner_source_name(OwnerSource s);
+
+struct Owner {
+  NodeIndex node = kNoNode;
+  OwnerSource source = OwnerSource::kPlaced;
+};
+
+class OwnershipTable {
+ public:
+  struct Entry {
+    NodeIndex placed = kNoNode;
+    NodeIndex learned = kNoNode;
+    NodeIndex pinned = kNoNode;
+    bool empty() const { return placed == kNoNode && learned == kNoNode && pinned == kNoNode; }
+  };
+
+  explicit OwnershipTable(size_t node_count);
+
+  // The entry's winning source, if any.
+  std::optional<Owner> lookup(const QueueKey& key) const;
+  const Entry* find(const QueueKey& key) const;
+
+  // Records a placement unless one exists (sticky); returns the node that stays placed.
+  NodeIndex place(const QueueKey& key, NodeIndex node);
+  void learn(const QueueKey& key, NodeIndex node);
+  // Drops learned entries whose keys are not in `keep` (a feed poll's full answer).
+  size_t forget_learned_except(const std::function<bool(const QueueKey&)>& keep);
+  void pin(const QueueKey& key, NodeIndex node);
+  bool unpin(const QueueKey& key);
+
+  size_t size() const { return entries_.size(); }
+  size_t count(OwnerSource s) const { return counts_[size_t(s)]; }
+  // Queues whose winning owner is the node (least-queues placement counts these).
+  std::span<const uint32_t> queues_per_node() const { return per_node_; }
+  void for_each(const std::function<void(const QueueKey&, const Entry&)>& fn) const;
+
+ private:
+  static std::optional<Owner> winner(const Entry& e);
+  // Keeps counts_ and per_node_ right around a change of one entry.
+  void account(const Entry& e, int sign);
+  void update(const QueueKey& key, const std::function<void(Entry&)>& change);
+
+  std::unordered_map<QueueKey, Entry, QueueKeyHash> entries_;
+  uint64_t counts_[3] = {0, 0, 0};
+  std::vector<uint32_t> per_node_;
+};
+
+// The state file: "ownership" in the state directory. Text, versioned, with a checksum line, so a
+// truncated or damaged file is detected; written to a temporary file, synced, then renamed.
+struct StateFileError {
+  std::string file;
+  std::string message;
+};
+
+// Writes placed and pinned entries, naming nodes by name. Nothing on error (the old file stays).
+std::optional<StateFileError> save_ownership(const OwnershipTable& table,
+                                             std::span<const NodeSpec> nodes,
+                                             const std::string& path);
+
+struct LoadedOwnership {
+  size_t placed = 0;
+  size_t pinned = 0;
+  // Entries naming nodes that are no longer configured: not loaded, reported by name.
+  std::vector<std::string> dropped;
+};
+// Loads into `table`. A missing file is a first start (nothing loaded). A damaged file is an
+// error naming it; a copy is kept next to it as "<path>.corrupt" for inspection, and the table is
+// left empty so that the caller refuses to start rather than re-place every queue.
+std::variant<LoadedOwnership, StateFileError> load_ownership(OwnershipTable& table,
+                                                             std::span<const NodeSpec> nodes,
+                                                             const std::string& path);
+
+}  // namespace sluice::control

@@ -1,0 +1,766 @@
+// Tests of the config loader: the example file, the defaults, and a located error for every key.
+#include "control/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace sluice::control {
+namespace {
+
+constexpr const char* kExamplePath = SLUICE_SOURCE_ROOT "/gateway/sluice.example.toml";
+// Three lines; appended after a case's own lines so that those keep their line numbers.
+constexpr std::string_view kOneNode =
+    "[[nodes]]\nname = \"rabbit1\"\naddress = \"127.0.0.1:61613\"\n";
+
+GatewayConfig must_parse(std::string_view text) {
+  ConfigResult r = parse_config(text, "t.toml");
+  if (const ConfigError* e = std::get_if<ConfigError>(&r)) {
+    ADD_FAILURE() << "refused: " << e->to_string() << "\n" << text;
+    return {};
+  }
+  return std::get<GatewayConfig>(std::move(r));
+}
+
+ConfigError must_fail(std::string_view text) {
+  ConfigResult r = parse_config(text, "t.toml");
+  if (const ConfigError* e = std::get_if<ConfigError>(&r)) return *e;
+  ADD_FAILURE() << "accepted:\n" << text;
+  return {};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Every setting except the node list, the broker node names and the feed's URLs and credentials.
+void expect_same_settings(const GatewayConfig& a, const GatewayConfig& b) {
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.state_dir, b.state_dir);
+  EXPECT_EQ(a.workers, b.workers);
+  EXPECT_EQ(a.listen.host, b.listen.host);
+  EXPECT_EQ(a.listen.port, b.listen.port);
+  EXPECT_EQ(a.admin_socket, b.admin_socket);
+  EXPECT_EQ(a.admin_tcp.has_value(), b.admin_tcp.has_value());
+  EXPECT_EQ(a.log_level, b.log_level);
+  const session::SessionConfig& s = a.session;
+  const session::SessionConfig& t = b.session;
+  EXPECT_EQ(s.versions.list(), t.versions.list());
+  EXPECT_EQ(s.owned_prefixes, t.owned_prefixes);
+  EXPECT_EQ(s.default_vhost, t.default_vhost);
+  EXPECT_EQ(s.server, t.server);
+  EXPECT_EQ(s.prelude_bytes_max, t.prelude_bytes_max);
+  EXPECT_EQ(s.frame_limits.frame_bytes_max, t.frame_limits.frame_bytes_max);
+  EXPECT_EQ(s.frame_limits.header_count_max, t.frame_limits.header_count_max);
+  EXPECT_EQ(s.frame_limits.header_line_bytes_max, t.frame_limits.header_line_bytes_max);
+  EXPECT_EQ(s.frame_limits.body_bytes_max, t.frame_limits.body_bytes_max);
+  EXPECT_EQ(s.frame_timeout_ns, t.frame_timeout_ns);
+  EXPECT_EQ(s.prelude_idle_timeout_ns, t.prelude_idle_timeout_ns);
+  EXPECT_EQ(a.sessions_max, b.sessions_max);
+  EXPECT_EQ(a.sessions_per_source_max, b.sessions_per_source_max);
+  EXPECT_EQ(a.prelude_sessions_max, b.prelude_sessions_max);
+  EXPECT_EQ(a.connect_timeout_ms, b.connect_timeout_ms);
+  EXPECT_EQ(a.health.probe, b.health.probe);
+  EXPECT_EQ(a.health.interval_ms, b.health.interval_ms);
+  EXPECT_EQ(a.health.timeout_ms, b.health.timeout_ms);
+  EXPECT_EQ(a.health.rise, b.health.rise);
+  EXPECT_EQ(a.health.fall, b.health.fall);
+  EXPECT_EQ(a.health.login, b.health.login);
+  EXPECT_EQ(a.health.passcode_file, b.health.passcode_file);
+  EXPECT_EQ(a.placement, b.placement);
+  EXPECT_EQ(a.rabbitmq_feed.enabled, b.rabbitmq_feed.enabled);
+  EXPECT_EQ(a.rabbitmq_feed.interval_ms, b.rabbitmq_feed.interval_ms);
+  EXPECT_EQ(a.rabbitmq_feed.timeout_ms, b.rabbitmq_feed.timeout_ms);
+}
+
+TEST(ConfigExample, LoadsAndDocumentsTheDefaults) {
+  ConfigResult r = load_config(kExamplePath);
+  const ConfigError* e = std::get_if<ConfigError>(&r);
+  ASSERT_EQ(e, nullptr) << e->to_string();
+  const GatewayConfig& c = std::get<GatewayConfig>(r);
+  // Every value the example writes out is the default it documents.
+  expect_same_settings(c, GatewayConfig{});
+  EXPECT_EQ(c.session.server, "sluice/" SLUICE_VERSION);
+  ASSERT_EQ(c.nodes.size(), 2u);
+  EXPECT_EQ(c.nodes[0].name, "rabbit1");
+  EXPECT_EQ(c.nodes[0].host, "127.0.0.1");
+  EXPECT_EQ(c.nodes[0].port, 61613);
+  EXPECT_EQ(c.nodes[0].weight, 100u);
+  EXPECT_EQ(c.nodes[1].name, "rabbit2");
+  EXPECT_EQ(c.nodes[1].host, "127.0.0.1");
+  EXPECT_EQ(c.nodes[1].port, 61614);
+  EXPECT_EQ(c.broker_node_names, (std::vector<std::string>{"rabbit@rabbit1", "rabbit@rabbit2"}));
+  EXPECT_FALSE(c.rabbitmq_feed.enabled);
+  EXPECT_EQ(c.rabbitmq_feed.urls, std::vector<std::string>{"http://127.0.0.1:15672"});
+  EXPECT_EQ(c.rabbitmq_feed.login, "sluice");
+  EXPECT_EQ(c.rabbitmq_feed.passcode_file, "/etc/sluice/rabbitmq.passcode");
+}
+
+TEST(ConfigExample, MentionsEveryKey) {
+  const std::string text = read_file(kExamplePath);
+  for (const char* key : {"id =",
+                          "state_dir =",
+                          "workers =",
+                          "address =",
+                          "socket =",
+                          "tcp =",
+                          "log_level =",
+                          "versions =",
+                          "owned_prefixes =",
+                          "default_vhost =",
+                          "server =",
+                          "sessions_max =",
+                          "sessions_per_source_max =",
+                          "prelude_sessions_max =",
+                          "prelude_bytes_max =",
+                          "frame_bytes_max =",
+                          "header_count_max =",
+                          "header_line_bytes_max =",
+                          "body_bytes_max =",
+                          "frame_timeout_ms =",
+                          "prelude_idle_timeout_ms =",
+                          "connect_timeout_ms =",
+                          "probe =",
+                          "interval_ms =",
+                          "timeout_ms =",
+                          "rise =",
+                          "fall =",
+                          "login =",
+                          "passcode_file =",
+                          "policy =",
+                          "name =",
+                          "weight =",
+                          "broker_node =",
+                          "enabled =",
+                          "urls ="}) {
+    EXPECT_NE(text.find(key), std::string::npos) << key;
+  }
+}
+
+TEST(Config, MinimalConfigWithOneNodeUsesEveryDefault) {
+  GatewayConfig c = must_parse(kOneNode);
+  expect_same_settings(c, GatewayConfig{});
+  EXPECT_EQ(c.id, "sluice");
+  EXPECT_EQ(c.listen.host, "0.0.0.0");
+  EXPECT_EQ(c.listen.port, 61613);
+  EXPECT_FALSE(c.admin_tcp.has_value());
+  EXPECT_EQ(c.session.owned_prefixes, (std::vector<std::string>{"/queue/", "/amq/queue/"}));
+  EXPECT_EQ(c.session.frame_timeout_ns, session::SessionConfig::kFrameTimeout);
+  ASSERT_EQ(c.nodes.size(), 1u);
+  EXPECT_EQ(c.nodes[0].name, "rabbit1");
+  EXPECT_EQ(c.nodes[0].weight, 100u);
+  EXPECT_EQ(c.broker_node_names, std::vector<std::string>{""});
+  EXPECT_TRUE(c.rabbitmq_feed.urls.empty());
+}
+
+TEST(Config, ReadsEveryKey) {
+  GatewayConfig c = must_parse(
+      "[gateway]\nid = \"gw-1\"\nstate_dir = \"/srv/sluice\"\nworkers = 4\n"
+      "[listen]\naddress = \"gw.example.com:1234\"\n"
+      "[admin]\nsocket = \"/tmp/a.sock\"\ntcp = \"localhost:8161\"\nlog_level = \"debug\"\n"
+      "[stomp]\nversions = [\"1.2\", \"1.1\"]\nowned_prefixes = [\"/q/\"]\n"
+      "default_vhost = \"prod\"\nserver = \"edge\"\n"
+      "[limits]\nsessions_max = 5\nsessions_per_source_max = 2\nprelude_sessions_max = 3\n"
+      "prelude_bytes_max = 4096\nframe_bytes_max = 8192\nheader_count_max = 10\n"
+      "header_line_bytes_max = 512\nbody_bytes_max = 0\nframe_timeout_ms = 7\n"
+      "prelude_idle_timeout_ms = 9\nconnect_timeout_ms = 11\n"
+      "[health]\nprobe = \"stomp\"\ninterval_ms = 500\ntimeout_ms = 499\nrise = 1\nfall = 100\n"
+      "login = \"probe\"\npasscode_file = \"/etc/p\"\n"
+      "[placement]\npolicy = \"least-queues\"\n"
+      "[[nodes]]\nname = \"a\"\naddress = \"10.0.0.1:61613\"\nweight = 10000\n"
+      "broker_node = \"rabbit@a\"\n"
+      "[[nodes]]\nname = \"b\"\naddress = \"b.local:7\"\nweight = 1\n"
+      "[feed.rabbitmq]\nenabled = true\nurls = [\"http://a:15672\", \"http://b:15672/\"]\n"
+      "login = \"feed\"\npasscode_file = \"/etc/f\"\ninterval_ms = 100\ntimeout_ms = 10\n");
+  EXPECT_EQ(c.id, "gw-1");
+  EXPECT_EQ(c.state_dir, "/srv/sluice");
+  EXPECT_EQ(c.workers, 4u);
+  EXPECT_EQ(c.listen.host, "gw.example.com");
+  EXPECT_EQ(c.listen.port, 1234);
+  EXPECT_EQ(c.admin_socket, "/tmp/a.sock");
+  ASSERT_TRUE(c.admin_tcp.has_value());
+  EXPECT_EQ(c.admin_tcp->host, "localhost");
+  EXPECT_EQ(c.admin_tcp->port, 8161);
+  EXPECT_EQ(c.log_level, LogLevel::kDebug);
+  EXPECT_EQ(c.session.versions.list(), "1.1,1.2");
+  EXPECT_EQ(c.session.owned_prefixes, std::vector<std::string>{"/q/"});
+  EXPECT_EQ(c.session.default_vhost, "prod");
+  EXPECT_EQ(c.session.server, "edge");
+  EXPECT_EQ(c.sessions_max, 5u);
+  EXPECT_EQ(c.sessions_per_source_max, 2u);
+  EXPECT_EQ(c.prelude_sessions_max, 3u);
+  EXPECT_EQ(c.session.prelude_bytes_max, 4096u);
+  EXPECT_EQ(c.session.frame_limits.frame_bytes_max, 8192u);
+  EXPECT_EQ(c.session.frame_limits.header_count_max, 10u);
+  EXPECT_EQ(c.session.frame_limits.header_line_bytes_max, 512u);
+  EXPECT_EQ(c.session.frame_limits.body_bytes_max, 0u);
+  EXPECT_EQ(c.session.frame_timeout_ns, 7 * session::kNanosPerMilli);
+  EXPECT_EQ(c.session.prelude_idle_timeout_ns, 9 * session::kNanosPerMilli);
+  EXPECT_EQ(c.connect_timeout_ms, 11u);
+  EXPECT_EQ(c.health.probe, ProbeKind::kStomp);
+  EXPECT_EQ(c.health.interval_ms, 500u);
+  EXPECT_EQ(c.health.timeout_ms, 499u);
+  EXPECT_EQ(c.health.rise, 1u);
+  EXPECT_EQ(c.health.fall, 100u);
+  EXPECT_EQ(c.health.login, "probe");
+  EXPECT_EQ(c.health.passcode_file, "/etc/p");
+  EXPECT_EQ(c.placement, PlacementPolicy::kLeastQueues);
+  ASSERT_EQ(c.nodes.size(), 2u);
+  EXPECT_EQ(c.nodes[0].host, "10.0.0.1");
+  EXPECT_EQ(c.nodes[0].weight, 10000u);
+  EXPECT_EQ(c.nodes[1].host, "b.local");
+  EXPECT_EQ(c.nodes[1].port, 7);
+  EXPECT_EQ(c.nodes[1].weight, 1u);
+  EXPECT_EQ(c.broker_node_names, (std::vector<std::string>{"rabbit@a", ""}));
+  EXPECT_TRUE(c.rabbitmq_feed.enabled);
+  EXPECT_EQ(c.rabbitmq_feed.urls, (std::vector<std::string>{"http://a:15672", "http://b:15672/"}));
+  EXPECT_EQ(c.rabbitmq_feed.login, "feed");
+  EXPECT_EQ(c.rabbitmq_feed.passcode_file, "/etc/f");
+  EXPECT_EQ(c.rabbitmq_feed.interval_ms, 100u);
+  EXPECT_EQ(c.rabbitmq_feed.timeout_ms, 10u);
+}
+
+// One bad value: the document (kOneNode is appended unless it has its own [[nodes]]) and the
+// error expected for it.
+struct BadValue {
+  std::string name;  // test name suffix
+  std::string toml;
+  uint32_t line;
+  std::string key;
+  std::string fragment;  // part of the message
+};
+
+void PrintTo(const BadValue& c, std::ostream* os) {
+  *os << c.name;
+}
+
+// A wrong type and both ends of the range of every integer key.
+void add_integer_cases(std::vector<BadValue>* out) {
+  struct IntKey {
+    std::string table;  // header lines before the key
+    std::string key;
+    std::string dotted;
+    int64_t lo, hi;
+  };
+  const std::string kNodePrefix = std::string(kOneNode) + "[[nodes]]\nname = \"n2\"\n";
+  const std::vector<IntKey> keys = {
+      {"[gateway]\n", "workers", "gateway.workers", 1, 64},
+      {"[limits]\n", "sessions_max", "limits.sessions_max", 1, 1'000'000},
+      {"[limits]\n", "sessions_per_source_max", "limits.sessions_per_source_max", 1, 1'000'000},
+      {"[limits]\n", "prelude_sessions_max", "limits.prelude_sessions_max", 1, 1'000'000},
+      {"[limits]\n", "prelude_bytes_max", "limits.prelude_bytes_max", 64, 67'108'864},
+      {"[limits]\n", "frame_bytes_max", "limits.frame_bytes_max", 64, 67'108'864},
+      {"[limits]\n", "header_count_max", "limits.header_count_max", 1, 1024},
+      {"[limits]\n", "header_line_bytes_max", "limits.header_line_bytes_max", 16, 67'108'864},
+      {"[limits]\n", "body_bytes_max", "limits.body_bytes_max", 0, 67'108'864},
+      {"[limits]\n", "frame_timeout_ms", "limits.frame_timeout_ms", 1, 86'400'000},
+      {"[limits]\n", "prelude_idle_timeout_ms", "limits.prelude_idle_timeout_ms", 1, 86'400'000},
+      {"[limits]\n", "connect_timeout_ms", "limits.connect_timeout_ms", 1, 600'000},
+      {"[health]\n", "interval_ms", "health.interval_ms", 100, 3'600'000},
+      {"[health]\n", "timeout_ms", "health.timeout_ms", 10, 3'600'000},
+      {"[health]\n", "rise", "health.rise", 1, 100},
+      {"[health]\n", "fall", "health.fall", 1, 100},
+      {"[feed.rabbitmq]\n", "interval_ms", "feed.rabbitmq.interval_ms", 100, 3'600'000},
+      {"[feed.rabbitmq]\n", "timeout_ms", "feed.rabbitmq.timeout_ms", 10, 3'600'000},
+      {kNodePrefix + "address = \"127.0.0.1:1\"\n", "weight", "nodes[1].weight", 1, 10'000},
+  };
+  for (const IntKey& k : keys) {
+    const uint32_t line = uint32_t(std::count(k.table.begin(), k.table.end(), '\n')) + 1;
+    std::string name = k.dotted;
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    }
+    const std::string range =
+        "must be between " + std::to_string(k.lo) + " and " + std::to_string(k.hi);
+    out->push_back({name + "_type", k.table + k.key + " = \"5\"\n", line, k.dotted,
+                    "must be an integer, not a string"});
+    out->push_back({name + "_float", k.table + k.key + " = 5.0\n", line, k.dotted,
+                    "must be an integer, not a floating-point number"});
+    out->push_back({name + "_below", k.table + k.key + " = " + std::to_string(k.lo - 1) + "\n",
+                    line, k.dotted, range});
+    out->push_back({name + "_above", k.table + k.key + " = " + std::to_string(k.hi + 1) + "\n",
+                    line, k.dotted, range});
+  }
+}
+
+std::vector<BadValue> bad_values() {
+  const std::string node2 = std::string(kOneNode) + "[[nodes]]\n";  // nodes[1] starts on line 4
+  std::vector<BadValue> v = {
+      // Tables of the wrong type.
+      {"gateway_not_table", "gateway = 3\n", 1, "gateway", "must be a table"},
+      {"limits_not_table", "limits = [1]\n", 1, "limits", "must be a table, not an array"},
+      {"feed_rabbitmq_not_table", "[feed]\nrabbitmq = true\n", 2, "feed.rabbitmq",
+       "must be a table"},
+      // [gateway]
+      {"gateway_id_type", "[gateway]\nid = 5\n", 2, "gateway.id",
+       "must be a string, not an integer"},
+      {"gateway_id_chars", "[gateway]\nid = \"gw 1\"\n", 2, "gateway.id", "1 to 64 characters"},
+      {"gateway_id_empty", "[gateway]\nid = \"\"\n", 2, "gateway.id", "1 to 64 characters"},
+      {"gateway_id_too_long", "[gateway]\nid = \"" + std::string(65, 'a') + "\"\n", 2, "gateway.id",
+       "1 to 64 characters"},
+      {"gateway_state_dir_type", "[gateway]\nstate_dir = []\n", 2, "gateway.state_dir",
+       "must be a string, not an array"},
+      {"gateway_state_dir_empty", "[gateway]\nstate_dir = \"\"\n", 2, "gateway.state_dir",
+       "must not be empty"},
+      // [listen]
+      {"listen_address_type", "[listen]\naddress = 61613\n", 2, "listen.address",
+       "must be a string, not an integer"},
+      {"listen_address_no_port", "[listen]\naddress = \"0.0.0.0\"\n", 2, "listen.address",
+       "HOST:PORT"},
+      {"listen_address_no_host", "[listen]\naddress = \":61613\"\n", 2, "listen.address",
+       "with a host"},
+      {"listen_address_port_zero", "[listen]\naddress = \"0.0.0.0:0\"\n", 2, "listen.address",
+       "port must be between 1 and 65535"},
+      {"listen_address_port_above", "[listen]\naddress = \"0.0.0.0:65536\"\n", 2, "listen.address",
+       "port must be between 1 and 65535"},
+      {"listen_address_port_text", "[listen]\naddress = \"0.0.0.0:stomp\"\n", 2, "listen.address",
+       "port must be a number"},
+      {"listen_address_bad_ipv4", "[listen]\naddress = \"256.0.0.1:61613\"\n", 2, "listen.address",
+       "neither an IPv4 address nor a valid host name"},
+      {"listen_address_short_ipv4", "[listen]\naddress = \"10.1.2:61613\"\n", 2, "listen.address",
+       "neither an IPv4 address nor a valid host name"},
+      {"listen_address_bad_hostname", "[listen]\naddress = \"bad_host:61613\"\n", 2,
+       "listen.address", "neither an IPv4 address nor a valid host name"},
+      {"listen_address_ipv6", "[listen]\naddress = \"[::]:61613\"\n", 2, "listen.address",
+       "IPv6 addresses are not supported yet"},
+      // [admin]
+      {"admin_socket_type", "[admin]\nsocket = true\n", 2, "admin.socket",
+       "must be a string, not a boolean"},
+      {"admin_socket_empty", "[admin]\nsocket = \"\"\n", 2, "admin.socket", "must not be empty"},
+      {"admin_socket_too_long", "[admin]\nsocket = \"/" + std::string(107, 's') + "\"\n", 2,
+       "admin.socket", "at most 107 bytes"},
+      {"admin_tcp_type", "[admin]\ntcp = 8161\n", 2, "admin.tcp",
+       "must be a string, not an integer"},
+      {"admin_tcp_bad_address", "[admin]\ntcp = \"127.0.0.1\"\n", 2, "admin.tcp", "HOST:PORT"},
+      {"admin_tcp_not_loopback", "[admin]\ntcp = \"10.0.0.1:8161\"\n", 2, "admin.tcp",
+       "must be a loopback address"},
+      {"admin_tcp_any_address", "[admin]\ntcp = \"0.0.0.0:8161\"\n", 2, "admin.tcp",
+       "must be a loopback address"},
+      {"admin_tcp_host_name", "[admin]\ntcp = \"admin.example.com:8161\"\n", 2, "admin.tcp",
+       "must be a loopback address"},
+      {"admin_log_level_type", "[admin]\nlog_level = 1\n", 2, "admin.log_level",
+       "must be a string, not an integer"},
+      {"admin_log_level_value", "[admin]\nlog_level = \"verbose\"\n", 2, "admin.log_level",
+       "must be \"debug\", \"info\", \"warn\" or \"error\""},
+      // [stomp]
+      {"stomp_versions_type", "[stomp]\nversions = \"1.2\"\n", 2, "stomp.versions",
+       "must be an array of strings, not a string"},
+      {"stomp_versions_element_type", "[stomp]\nversions = [\"1.2\", 1.1]\n", 2,
+       "stomp.versions[1]", "must be a string, not a floating-point number"},
+      {"stomp_versions_empty", "[stomp]\nversions = []\n", 2, "stomp.versions", "at least one of"},
+      {"stomp_versions_unknown", "[stomp]\nversions = [\n  \"1.1\",\n  \"2.0\",\n]\n", 4,
+       "stomp.versions[1]", "must be \"1.0\", \"1.1\" or \"1.2\""},
+      {"stomp_versions_duplicate", "[stomp]\nversions = [\"1.2\", \"1.2\"]\n", 2,
+       "stomp.versions[1]", "duplicate version"},
+      {"stomp_owned_prefixes_type", "[stomp]\nowned_prefixes = \"/queue/\"\n", 2,
+       "stomp.owned_prefixes", "must be an array of strings"},
+      {"stomp_owned_prefixes_element_type", "[stomp]\nowned_prefixes = [{}]\n", 2,
+       "stomp.owned_prefixes[0]", "must be a string, not a table"},
+      {"stomp_owned_prefixes_empty_element", "[stomp]\nowned_prefixes = [\"/queue/\", \"\"]\n", 2,
+       "stomp.owned_prefixes[1]", "must not be empty"},
+      {"stomp_default_vhost_type", "[stomp]\ndefault_vhost = 1\n", 2, "stomp.default_vhost",
+       "must be a string"},
+      {"stomp_default_vhost_empty", "[stomp]\ndefault_vhost = \"\"\n", 2, "stomp.default_vhost",
+       "must be 1 to 255 bytes"},
+      {"stomp_default_vhost_too_long",
+       "[stomp]\ndefault_vhost = \"" + std::string(256, 'v') + "\"\n", 2, "stomp.default_vhost",
+       "must be 1 to 255 bytes"},
+      {"stomp_server_type", "[stomp]\nserver = 1979-05-27\n", 2, "stomp.server",
+       "must be a string, not a date"},
+      {"stomp_server_line_feed", "[stomp]\nserver = \"a\\nb\"\n", 2, "stomp.server",
+       "must not contain CR, LF or NUL"},
+      {"stomp_server_nul", "[stomp]\nserver = \"a\\u0000b\"\n", 2, "stomp.server",
+       "must not contain CR, LF or NUL"},
+      {"stomp_server_too_long", "[stomp]\nserver = \"" + std::string(256, 's') + "\"\n", 2,
+       "stomp.server", "must be 1 to 255 bytes"},
+      // [health]
+      {"health_probe_type", "[health]\nprobe = 1\n", 2, "health.probe", "must be a string"},
+      {"health_probe_value", "[health]\nprobe = \"http\"\n", 2, "health.probe",
+       "must be \"tcp\" or \"stomp\""},
+      {"health_login_type", "[health]\nlogin = false\n", 2, "health.login",
+       "must be a string, not a boolean"},
+      {"health_login_carriage_return", "[health]\nlogin = \"a\\rb\"\n", 2, "health.login",
+       "must not contain CR, LF or NUL"},
+      {"health_passcode_file_type", "[health]\npasscode_file = 3\n", 2, "health.passcode_file",
+       "must be a string"},
+      // [placement]
+      {"placement_policy_type", "[placement]\npolicy = [\"rendezvous\"]\n", 2, "placement.policy",
+       "must be a string, not an array"},
+      {"placement_policy_value", "[placement]\npolicy = \"random\"\n", 2, "placement.policy",
+       "must be \"rendezvous\" or \"least-queues\""},
+      // [[nodes]]
+      {"nodes_type", "nodes = \"rabbit1\"\n", 1, "nodes", "must be an array of tables"},
+      {"nodes_element_type", "nodes = [1]\n", 1, "nodes[0]", "must be a table, not an integer"},
+      {"nodes_empty", "nodes = []\n", 1, "nodes", "at least one [[nodes]]"},
+      {"node_name_type", node2 + "name = 2\n", 5, "nodes[1].name",
+       "must be a string, not an integer"},
+      {"node_name_chars", node2 + "name = \"rabbit 2\"\n", 5, "nodes[1].name",
+       "1 to 64 characters"},
+      {"node_address_type", node2 + "name = \"n2\"\naddress = [\"a\"]\n", 6, "nodes[1].address",
+       "must be a string, not an array"},
+      {"node_address_bad", node2 + "name = \"n2\"\naddress = \"127.0.0.1:99999\"\n", 6,
+       "nodes[1].address", "port must be between 1 and 65535"},
+      {"node_broker_node_type",
+       node2 + "name = \"n2\"\naddress = \"127.0.0.1:1\"\nbroker_node = 1\n", 7,
+       "nodes[1].broker_node", "must be a string, not an integer"},
+      {"node_broker_node_line_feed",
+       node2 + "name = \"n2\"\naddress = \"127.0.0.1:1\"\nbroker_node = \"a\\n\"\n", 7,
+       "nodes[1].broker_node", "must not contain CR, LF or NUL"},
+      // [feed.rabbitmq]
+      {"feed_rabbitmq_enabled_type", "[feed.rabbitmq]\nenabled = \"yes\"\n", 2,
+       "feed.rabbitmq.enabled", "must be a boolean (true or false), not a string"},
+      {"feed_rabbitmq_urls_type", "[feed.rabbitmq]\nurls = \"http://a\"\n", 2, "feed.rabbitmq.urls",
+       "must be an array of strings, not a string"},
+      {"feed_rabbitmq_urls_element_type", "[feed.rabbitmq]\nurls = [\"http://a\", 2]\n", 2,
+       "feed.rabbitmq.urls[1]", "must be a string, not an integer"},
+      {"feed_rabbitmq_urls_https", "[feed.rabbitmq]\nurls = [\"https://a:15671\"]\n", 2,
+       "feed.rabbitmq.urls[0]", "must be an http:// URL"},
+      {"feed_rabbitmq_urls_no_host", "[feed.rabbitmq]\nurls = [\"http://\"]\n", 2,
+       "feed.rabbitmq.urls[0]", "must be an http:// URL"},
+      {"feed_rabbitmq_urls_space", "[feed.rabbitmq]\nurls = [\"http://a b\"]\n", 2,
+       "feed.rabbitmq.urls[0]", "without spaces"},
+      {"feed_rabbitmq_login_type", "[feed.rabbitmq]\nlogin = 1\n", 2, "feed.rabbitmq.login",
+       "must be a string"},
+      {"feed_rabbitmq_login_colon", "[feed.rabbitmq]\nlogin = \"a:b\"\n", 2, "feed.rabbitmq.login",
+       "must not contain ':'"},
+      {"feed_rabbitmq_passcode_file_type", "[feed.rabbitmq]\npasscode_file = {}\n", 2,
+       "feed.rabbitmq.passcode_file", "must be a string, not a table"},
+  };
+  add_integer_cases(&v);
+  return v;
+}
+
+class ConfigBadValue : public ::testing::TestWithParam<BadValue> {};
+
+TEST_P(ConfigBadValue, IsRefusedNamingKeyAndLine) {
+  const BadValue& c = GetParam();
+  const std::string text =
+      c.toml.find("nodes") != std::string::npos ? c.toml : c.toml + std::string(kOneNode);
+  ConfigError e = must_fail(text);
+  EXPECT_EQ(e.key, c.key) << e.to_string();
+  EXPECT_EQ(e.line, c.line) << e.to_string();
+  EXPECT_NE(e.message.find(c.fragment), std::string::npos) << e.to_string();
+  EXPECT_EQ(e.file, "t.toml");
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryKey, ConfigBadValue, ::testing::ValuesIn(bad_values()),
+                         [](const ::testing::TestParamInfo<BadValue>& i) { return i.param.name; });
+
+TEST(Config, UnknownTopLevelKeyIsRefused) {
+  ConfigError e = must_fail("\nworkers = 4\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "workers");
+  EXPECT_EQ(e.line, 2u);
+  EXPECT_NE(e.message.find("unknown key"), std::string::npos);
+  EXPECT_NE(e.message.find("gateway"), std::string::npos) << "lists the allowed keys";
+}
+
+TEST(Config, UnknownTableIsRefused) {
+  ConfigError e = must_fail("[gatway]\nid = \"x\"\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "gatway");
+  EXPECT_EQ(e.line, 1u);
+  EXPECT_NE(e.message.find("unknown key"), std::string::npos);
+}
+
+TEST(Config, UnknownKeyInTableIsRefused) {
+  ConfigError e =
+      must_fail("[limits]\nsessions_max = 5\nsession_max = 5\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "limits.session_max");
+  EXPECT_EQ(e.line, 3u);
+  EXPECT_NE(e.message.find("unknown key"), std::string::npos);
+  EXPECT_NE(e.message.find("sessions_max"), std::string::npos) << "lists the allowed keys";
+}
+
+TEST(Config, UnknownFeedIsRefused) {
+  ConfigError e = must_fail("[feed.kafka]\nenabled = true\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "feed.kafka");
+  EXPECT_EQ(e.line, 1u);
+}
+
+TEST(Config, FirstUnknownKeyByLineIsReported) {
+  ConfigError e = must_fail("[health]\nzzz = 1\naaa = 2\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "health.zzz");
+  EXPECT_EQ(e.line, 2u);
+}
+
+TEST(Config, UnknownKeyInNodeIsRefused) {
+  ConfigError e = must_fail(std::string(kOneNode) +
+                            "[[nodes]]\nname = \"n2\"\naddress = \"h:1\"\nport = 61613\n");
+  EXPECT_EQ(e.key, "nodes[1].port");
+  EXPECT_EQ(e.line, 7u);
+  EXPECT_NE(e.message.find("unknown key"), std::string::npos);
+}
+
+TEST(Config, DuplicateNodeNamesAreRefused) {
+  ConfigError e = must_fail(std::string(kOneNode) +
+                            "[[nodes]]\nname = \"rabbit1\"\naddress = \"127.0.0.1:61614\"\n");
+  EXPECT_EQ(e.key, "nodes[1].name");
+  EXPECT_EQ(e.line, 5u);
+  EXPECT_NE(e.message.find("duplicate node name \"rabbit1\" (also nodes[0])"), std::string::npos)
+      << e.message;
+}
+
+TEST(Config, DuplicateBrokerNodesAreRefused) {
+  ConfigError e = must_fail(
+      "[[nodes]]\nname = \"a\"\naddress = \"h:1\"\nbroker_node = \"rabbit@h\"\n"
+      "[[nodes]]\nname = \"b\"\naddress = \"h:2\"\nbroker_node = \"rabbit@h\"\n");
+  EXPECT_EQ(e.key, "nodes[1].broker_node");
+  EXPECT_EQ(e.line, 8u);
+  EXPECT_NE(e.message.find("duplicate broker node"), std::string::npos);
+}
+
+TEST(Config, EmptyBrokerNodesMayRepeat) {
+  GatewayConfig c = must_parse(
+      "[[nodes]]\nname = \"a\"\naddress = \"h:1\"\nbroker_node = \"\"\n"
+      "[[nodes]]\nname = \"b\"\naddress = \"h:2\"\nbroker_node = \"\"\n");
+  EXPECT_EQ(c.broker_node_names, (std::vector<std::string>{"", ""}));
+}
+
+TEST(Config, NodeWithoutNameIsRefusedAtItsTableLine) {
+  ConfigError e = must_fail(std::string(kOneNode) + "\n[[nodes]]\naddress = \"h:1\"\n");
+  EXPECT_EQ(e.key, "nodes[1].name");
+  EXPECT_EQ(e.line, 5u);
+  EXPECT_NE(e.message.find("required"), std::string::npos);
+}
+
+TEST(Config, NodeWithoutAddressIsRefusedAtItsTableLine) {
+  ConfigError e = must_fail("[[nodes]]\nname = \"a\"\n");
+  EXPECT_EQ(e.key, "nodes[0].address");
+  EXPECT_EQ(e.line, 1u);
+  EXPECT_NE(e.message.find("required"), std::string::npos);
+}
+
+TEST(Config, ConfigWithoutNodesIsRefused) {
+  ConfigError e = must_fail("[gateway]\nid = \"gw\"\n");
+  EXPECT_EQ(e.key, "nodes");
+  EXPECT_EQ(e.line, 0u);
+  EXPECT_NE(e.message.find("at least one [[nodes]]"), std::string::npos);
+  EXPECT_EQ(must_fail("").key, "nodes");
+}
+
+TEST(Config, InlineNodeTablesAreAccepted) {
+  GatewayConfig c = must_parse("nodes = [{ name = \"a\", address = \"10.0.0.1:61613\" }]\n");
+  ASSERT_EQ(c.nodes.size(), 1u);
+  EXPECT_EQ(c.nodes[0].name, "a");
+}
+
+TEST(Config, MoreThanNodesMaxIsRefused) {
+  std::string text;
+  for (size_t i = 0; i <= kNodesMax; ++i) {
+    text += "[[nodes]]\nname = \"n" + std::to_string(i) + "\"\naddress = \"h:1\"\n";
+  }
+  ConfigError e = must_fail(text);
+  EXPECT_EQ(e.key, "nodes");
+  EXPECT_EQ(e.line, uint32_t(3 * kNodesMax + 1));
+  EXPECT_NE(e.message.find("at most 256 nodes"), std::string::npos);
+  // Exactly the maximum is fine.
+  text.resize(text.rfind("[[nodes]]"));
+  EXPECT_EQ(must_parse(text).nodes.size(), kNodesMax);
+}
+
+TEST(Config, SyntaxErrorReportsItsLine) {
+  ConfigError e = must_fail("[gateway]\nworkers = 2\nid = \n" + std::string(kOneNode));
+  EXPECT_EQ(e.line, 3u);
+  EXPECT_EQ(e.key, "");
+  EXPECT_NE(e.message.find("expected"), std::string::npos) << e.message;
+  EXPECT_EQ(e.to_string().rfind("t.toml:3: ", 0), 0u) << e.to_string();
+}
+
+TEST(Config, DuplicateKeyIsASyntaxError) {
+  ConfigError e = must_fail("[gateway]\nworkers = 2\nworkers = 3\n" + std::string(kOneNode));
+  EXPECT_EQ(e.line, 3u);
+  EXPECT_NE(e.message.find("workers"), std::string::npos) << e.message;
+}
+
+TEST(Config, HealthTimeoutNotBelowIntervalIsRefused) {
+  ConfigError e =
+      must_fail("[health]\ninterval_ms = 1000\ntimeout_ms = 1000\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "health.timeout_ms");
+  EXPECT_EQ(e.line, 3u);
+  EXPECT_NE(e.message.find("must be less than interval_ms (1000)"), std::string::npos);
+}
+
+TEST(Config, HealthIntervalBelowDefaultTimeoutIsRefused) {
+  ConfigError e = must_fail("[health]\ninterval_ms = 500\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "health.interval_ms");
+  EXPECT_EQ(e.line, 2u);
+  EXPECT_NE(e.message.find("set timeout_ms lower"), std::string::npos) << e.message;
+}
+
+TEST(Config, FeedTimeoutNotBelowIntervalIsRefused) {
+  ConfigError e = must_fail("[feed.rabbitmq]\ntimeout_ms = 6000\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "feed.rabbitmq.timeout_ms");
+  EXPECT_EQ(e.line, 2u);
+  EXPECT_NE(e.message.find("must be less than interval_ms (5000)"), std::string::npos);
+}
+
+TEST(Config, AdminTcpOnLoopbackIsAccepted) {
+  GatewayConfig c = must_parse("[admin]\ntcp = \"127.1.2.3:8161\"\n" + std::string(kOneNode));
+  ASSERT_TRUE(c.admin_tcp.has_value());
+  EXPECT_EQ(c.admin_tcp->host, "127.1.2.3");
+}
+
+TEST(Config, AdminTcpOutsideLoopbackIsRefused) {
+  ConfigError e = must_fail("[admin]\ntcp = \"192.168.1.1:8161\"\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "admin.tcp");
+  EXPECT_EQ(e.line, 2u);
+  EXPECT_NE(e.message.find("loopback"), std::string::npos);
+}
+
+TEST(Config, StompProbeWithoutPasscodeFileIsRefused) {
+  ConfigError e = must_fail("\n[health]\nprobe = \"stomp\"\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "health.passcode_file");
+  EXPECT_EQ(e.line, 2u) << "the [health] line, as the key is missing";
+  EXPECT_NE(e.message.find("required when probe = \"stomp\""), std::string::npos);
+  e = must_fail("[health]\nprobe = \"stomp\"\npasscode_file = \"\"\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "health.passcode_file");
+  EXPECT_EQ(e.line, 3u);
+}
+
+TEST(Config, EnabledFeedWithoutUrlsIsRefused) {
+  ConfigError e = must_fail("[feed.rabbitmq]\nenabled = true\npasscode_file = \"/p\"\n" +
+                            std::string(kOneNode));
+  EXPECT_EQ(e.key, "feed.rabbitmq.urls");
+  EXPECT_EQ(e.line, 1u);
+  EXPECT_NE(e.message.find("required when enabled = true"), std::string::npos);
+  e = must_fail("[feed.rabbitmq]\nenabled = true\nurls = []\npasscode_file = \"/p\"\n" +
+                std::string(kOneNode));
+  EXPECT_EQ(e.key, "feed.rabbitmq.urls");
+  EXPECT_EQ(e.line, 3u);
+}
+
+TEST(Config, EnabledFeedWithoutPasscodeFileIsRefused) {
+  ConfigError e = must_fail("[feed.rabbitmq]\nenabled = true\nurls = [\"http://h:15672\"]\n" +
+                            std::string(kOneNode));
+  EXPECT_EQ(e.key, "feed.rabbitmq.passcode_file");
+  EXPECT_EQ(e.line, 1u);
+  EXPECT_NE(e.message.find("required when enabled = true"), std::string::npos);
+}
+
+TEST(Config, DisabledFeedNeedsNoUrls) {
+  GatewayConfig c = must_parse("[feed.rabbitmq]\nenabled = false\n" + std::string(kOneNode));
+  EXPECT_FALSE(c.rabbitmq_feed.enabled);
+}
+
+TEST(Config, PreludeLargerThanFrameSurfacesAsLimitsError) {
+  ConfigError e = must_fail(
+      "\n\n[limits]\nprelude_bytes_max = 4096\nframe_bytes_max = 2048\n"
+      "header_line_bytes_max = 1024\nbody_bytes_max = 1024\n" +
+      std::string(kOneNode));
+  EXPECT_EQ(e.key, "limits");
+  EXPECT_EQ(e.line, 3u);
+  EXPECT_NE(e.message.find("prelude_bytes_max must not exceed frame_bytes_max"), std::string::npos)
+      << e.message;
+}
+
+TEST(Config, FrameSmallerThanDefaultBodySurfacesAsLimitsError) {
+  // Only frame_bytes_max is lowered: the default body_bytes_max (1 MiB) no longer fits.
+  ConfigError e = must_fail("[limits]\nframe_bytes_max = 1024\n" + std::string(kOneNode));
+  EXPECT_EQ(e.key, "limits");
+  EXPECT_EQ(e.line, 1u);
+  EXPECT_NE(e.message.find("body_bytes_max <= frame_bytes_max"), std::string::npos) << e.message;
+}
+
+TEST(Config, TableHeaderWithoutKeyIsASyntaxError) {
+  // toml++ 3.3 asserts on these instead of reporting them when its assertions are on.
+  for (const char* text : {"[=]\n", "[[=]]\n", "[ #]\n", "\n[\x03gateway]\n", "[[[a]]]\n"}) {
+    ConfigError e = must_fail(text);
+    EXPECT_EQ(e.key, "") << text;
+    EXPECT_NE(e.line, 0u) << text;
+  }
+}
+
+TEST(Config, LoadConfigNamesMissingFile) {
+  const std::string path = "/nonexistent/sluice-config-test.toml";
+  ConfigResult r = load_config(path);
+  const ConfigError* e = std::get_if<ConfigError>(&r);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->file, path);
+  EXPECT_EQ(e->line, 0u);
+  EXPECT_NE(e->message.find("No such file or directory"), std::string::npos) << e->message;
+  EXPECT_EQ(e->to_string(), path + ": " + e->message);
+}
+
+TEST(Config, LoadConfigRefusesADirectory) {
+  ConfigResult r = load_config("/");
+  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
+  EXPECT_NE(std::get<ConfigError>(r).message.find("not a regular file"), std::string::npos);
+}
+
+TEST(Config, LoadConfigReportsErrorsWithTheFileName) {
+  char path[] = "/tmp/sluice-config-test-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = std::string(kOneNode) + "[gateway]\nworkers = 0\n";
+  ASSERT_EQ(write(fd, text.data(), text.size()), ssize_t(text.size()));
+  close(fd);
+  ConfigResult r = load_config(path);
+  unlink(path);
+  ASSERT_TRUE(std::holds_alternative<ConfigError>(r));
+  EXPECT_EQ(std::get<ConfigError>(r).to_string(),
+            std::string(path) + ":5: gateway.workers: must be between 1 and 64");
+}
+
+TEST(Config, ToStringFormatsFileLineKeyMessage) {
+  ConfigError e{"sluice.toml", 12, "nodes[1].weight", "must be between 1 and 10000"};
+  EXPECT_EQ(e.to_string(), "sluice.toml:12: nodes[1].weight: must be between 1 and 10000");
+  e.line = 0;
+  EXPECT_EQ(e.to_string(), "sluice.toml: nodes[1].weight: must be between 1 and 10000");
+  e.key.clear();
+  EXPECT_EQ(e.to_string(), "sluice.toml: must be between 1 and 10000");
+}
+
+TEST(Config, NamesRoundTrip) {
+  for (LogLevel l : {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
+    EXPECT_EQ(parse_log_level(log_level_name(l)), l);
+  }
+  EXPECT_EQ(parse_log_level("INFO"), std::nullopt);
+  EXPECT_EQ(placement_policy_name(PlacementPolicy::kRendezvous), "rendezvous");
+  EXPECT_EQ(placement_policy_name(PlacementPolicy::kLeastQueues), "least-queues");
+}
+
+// parse_config must answer every input with a config or an error, never an exception.
+TEST(Config, MutatedExampleNeverThrows) {
+  const std::string base = read_file(kExamplePath);
+  ASSERT_FALSE(base.empty());
+  std::mt19937 rng(20240611);
+  const std::string alphabet = "[]{}=\".,:#\n\\ 0123456789aeztu-_";
+  for (int round = 0; round < 3000; ++round) {
+    std::string text = base;
+    const int edits = 1 + int(rng() % 4);
+    for (int i = 0; i < edits; ++i) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text[at] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          text.erase(at, 1 + rng() % 8);
+          break;
+        default:
+          text.insert(at, 1, char(rng() % 256));
+          break;
+      }
+    }
+    std::optional<ConfigResult> r;
+    EXPECT_NO_THROW(r = parse_config(text, "fuzz.toml"));
+    if (const ConfigError* e = std::get_if<ConfigError>(&*r)) {
+      EXPECT_FALSE(e->message.empty());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sluice::control

@@ -1,0 +1,184 @@
+// Ownership table: precedence pinned > learned > placed, sticky placements, counts, and the
+// state file's round trip and damage detection.
+#include "control/ownership_table.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace sluice::control {
+namespace {
+
+std::vector<NodeSpec> three_nodes() {
+  return {NodeSpec{"a", "127.0.0.1", 1, 100}, NodeSpec{"b", "127.0.0.1", 2, 100},
+          NodeSpec{"c", "127.0.0.1", 3, 100}};
+}
+
+TEST(OwnershipTest, PinnedBeatsLearnedBeatsPlaced) {
+  OwnershipTable t(3);
+  const QueueKey k{"/", "orders"};
+  EXPECT_FALSE(t.lookup(k).has_value());
+  t.place(k, 0);
+  EXPECT_EQ(t.lookup(k)->node, 0);
+  EXPECT_EQ(t.lookup(k)->source, OwnerSource::kPlaced);
+  t.learn(k, 1);
+  EXPECT_EQ(t.lookup(k)->node, 1);
+  EXPECT_EQ(t.lookup(k)->source, OwnerSource::kLearned);
+  t.pin(k, 2);
+  EXPECT_EQ(t.lookup(k)->node, 2);
+  EXPECT_EQ(t.lookup(k)->source, OwnerSource::kPinned);
+  EXPECT_TRUE(t.unpin(k));
+  EXPECT_EQ(t.lookup(k)->source, OwnerSource::kLearned);
+  EXPECT_FALSE(t.unpin(k));
+  t.forget_learned_except([](const QueueKey&) { return false; });
+  EXPECT_EQ(t.lookup(k)->node, 0);
+  EXPECT_EQ(t.lookup(k)->source, OwnerSource::kPlaced);
+}
+
+TEST(OwnershipTest, PlacementIsSticky) {
+  OwnershipTable t(3);
+  const QueueKey k{"/", "q"};
+  EXPECT_EQ(t.place(k, 1), 1);
+  EXPECT_EQ(t.place(k, 2), 1);
+  EXPECT_EQ(t.lookup(k)->node, 1);
+}
+
+TEST(OwnershipTest, CountsBySourceAndPerNodeFollowChanges) {
+  OwnershipTable t(3);
+  t.place({"/", "a"}, 0);
+  t.place({"/", "b"}, 0);
+  t.learn({"/", "b"}, 1);
+  t.pin({"/", "c"}, 2);
+  EXPECT_EQ(t.size(), 3u);
+  EXPECT_EQ(t.count(OwnerSource::kPlaced), 2u);
+  EXPECT_EQ(t.count(OwnerSource::kLearned), 1u);
+  EXPECT_EQ(t.count(OwnerSource::kPinned), 1u);
+  EXPECT_EQ(t.queues_per_node()[0], 1u);  // b is won by its learned owner
+  EXPECT_EQ(t.queues_per_node()[1], 1u);
+  EXPECT_EQ(t.queues_per_node()[2], 1u);
+  t.unpin({"/", "c"});
+  EXPECT_EQ(t.size(), 2u);
+  EXPECT_EQ(t.queues_per_node()[2], 0u);
+}
+
+TEST(OwnershipTest, ForgetLearnedKeepsWhatTheFeedStillReports) {
+  OwnershipTable t(3);
+  t.learn({"/", "x"}, 0);
+  t.learn({"/", "y"}, 1);
+  EXPECT_EQ(t.forget_learned_except([](const QueueKey& k) { return k.queue == "y"; }), 1u);
+  EXPECT_FALSE(t.lookup({"/", "x"}).has_value());
+  EXPECT_EQ(t.lookup({"/", "y"})->node, 1);
+}
+
+class StateFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/sluice-ownership-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/ownership";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string read() {
+    std::ifstream in(path_, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  void write(const std::string& s) { std::ofstream(path_, std::ios::binary) << s; }
+
+  std::string dir_, path_;
+  std::vector<NodeSpec> nodes_ = three_nodes();
+};
+
+TEST_F(StateFileTest, MissingFileIsAFirstStart) {
+  OwnershipTable t(3);
+  auto r = load_ownership(t, nodes_, path_);
+  ASSERT_TRUE(std::holds_alternative<LoadedOwnership>(r));
+  EXPECT_EQ(t.size(), 0u);
+}
+
+TEST_F(StateFileTest, RoundTripKeepsPlacedAndPinnedWithOddNames) {
+  OwnershipTable t(3);
+  t.place({"/", "orders"}, 1);
+  t.place({"vh 1", "with space%and\nnewline"}, 2);
+  t.pin({"/", "orders"}, 0);
+  t.learn({"/", "learned-only"}, 2);  // not persisted: the feed brings it back
+  ASSERT_FALSE(save_ownership(t, nodes_, path_).has_value());
+  OwnershipTable u(3);
+  auto r = load_ownership(u, nodes_, path_);
+  ASSERT_TRUE(std::holds_alternative<LoadedOwnership>(r));
+  EXPECT_EQ(std::get<LoadedOwnership>(r).placed, 2u);
+  EXPECT_EQ(std::get<LoadedOwnership>(r).pinned, 1u);
+  EXPECT_EQ(u.lookup({"/", "orders"})->node, 0);
+  EXPECT_EQ(u.lookup({"/", "orders"})->source, OwnerSource::kPinned);
+  EXPECT_EQ(u.find({"/", "orders"})->placed, 1);
+  EXPECT_EQ(u.lookup({"vh 1", "with space%and\nnewline"})->node, 2);
+  EXPECT_FALSE(u.lookup({"/", "learned-only"}).has_value());
+  EXPECT_FALSE(std::filesystem::exists(path_ + ".tmp"));
+}
+
+TEST_F(StateFileTest, EntriesOfRemovedNodesAreReportedNotLoaded) {
+  OwnershipTable t(3);
+  t.place({"/", "on-c"}, 2);
+  t.place({"/", "on-a"}, 0);
+  ASSERT_FALSE(save_ownership(t, nodes_, path_).has_value());
+  std::vector<NodeSpec> fewer = {nodes_[0], nodes_[1]};
+  OwnershipTable u(2);
+  auto r = load_ownership(u, fewer, path_);
+  ASSERT_TRUE(std::holds_alternative<LoadedOwnership>(r));
+  ASSERT_EQ(std::get<LoadedOwnership>(r).dropped.size(), 1u);
+  EXPECT_NE(std::get<LoadedOwnership>(r).dropped[0].find("on-c"), std::string::npos);
+  EXPECT_TRUE(u.lookup({"/", "on-a"}).has_value());
+}
+
+TEST_F(StateFileTest, EveryTruncationIsDetectedAndACopyIsKept) {
+  OwnershipTable t(3);
+  for (int i = 0; i < 20; ++i)
+    t.place({"/", "q" + std::to_string(i)}, NodeIndex(i % 3));
+  ASSERT_FALSE(save_ownership(t, nodes_, path_).has_value());
+  const std::string whole = read();
+  for (size_t cut = 0; cut < whole.size(); ++cut) {
+    write(whole.substr(0, cut));
+    OwnershipTable u(3);
+    auto r = load_ownership(u, nodes_, path_);
+    ASSERT_TRUE(std::holds_alternative<StateFileError>(r)) << "cut at " << cut;
+    EXPECT_EQ(std::get<StateFileError>(r).file, path_);
+    EXPECT_EQ(u.size(), 0u) << "a damaged file must not load half";
+    EXPECT_TRUE(std::filesystem::exists(path_ + ".corrupt"));
+  }
+}
+
+TEST_F(StateFileTest, EveryFlippedByteIsDetected) {
+  OwnershipTable t(3);
+  for (int i = 0; i < 5; ++i)
+    t.place({"/", "q" + std::to_string(i)}, NodeIndex(i % 3));
+  ASSERT_FALSE(save_ownership(t, nodes_, path_).has_value());
+  const std::string whole = read();
+  for (size_t at = 0; at < whole.size(); ++at) {
+    std::string bad = whole;
+    bad[at] = char(bad[at] ^ 0x01);
+    write(bad);
+    OwnershipTable u(3);
+    auto r = load_ownership(u, nodes_, path_);
+    ASSERT_TRUE(std::holds_alternative<StateFileError>(r)) << "flip at " << at;
+    EXPECT_NE(std::get<StateFileError>(r).message.find("damaged"), std::string::npos);
+  }
+}
+
+TEST_F(StateFileTest, SaveIntoAMissingDirectoryFailsAndNamesTheFile) {
+  OwnershipTable t(3);
+  t.place({"/", "q"}, 0);
+  auto e = save_ownership(t, nodes_, dir_ + "/no/such/dir/ownership");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->file.find("/no/such/dir/ownership"), std::string::npos);
+  EXPECT_NE(e->message.find("No such file"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::control
