@@ -1,0 +1,44 @@
+// Private to the session core: the one-pass scan of a whole frame head (command line and
+// headers) from 64-byte block bitmasks, and the pieces the incremental parser shares with it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "dataplane/session/parser.h"
+#include "dataplane/session/stomp.h"
+
+namespace sluice::session::detail {
+
+inline constexpr size_t kCommandLineBytesMax = Parser::kCommandLineBytesMax;
+
+// content-length: 1 to 10 decimal digits, nothing else.
+bool parse_content_length(std::string_view s, int64_t* out);
+
+#if defined(__SSE2__)
+// Masks of one 64-byte block: bit k describes byte k.
+struct HeadBlock {
+  uint64_t term;   // LF or NUL
+  uint64_t colon;  // ':'
+  uint64_t odd;    // CR or backslash
+};
+using HeadBlockFn = HeadBlock (*)(const char*);
+// The widest variant this CPU runs, chosen when the program loads.
+extern const HeadBlockFn g_head_block;
+
+struct FrameHead {
+  Command command;
+  size_t body_start;
+  uint32_t count;
+  int64_t length;  // content-length, or -1
+};
+
+// The head of a frame starting at buf[0], when it lies in whole 64-byte blocks of buf and holds
+// nothing unusual (no escape, no CR but at line ends, within every limit). Fills slots and *out.
+// False decides nothing: the incremental path parses the frame and gives every error.
+bool scan_frame_head(std::string_view buf, const FrameLimits& limits, HeaderSlot* slots,
+                     FrameHead* out);
+#endif
+
+}  // namespace sluice::session::detail
