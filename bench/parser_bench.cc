@@ -1,16 +1,15 @@
 // Parser throughput against a memchr scan for NUL over the same bytes, with the ratio printed at
 // the end of the run (STYLE: benchmarks report a ratio to a reference in the same process).
 #include <benchmark/benchmark.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "bench/mean_reporter.h"
 #include "dataplane/session/parser.h"
 
 namespace {
@@ -123,41 +122,6 @@ void memchr_scan(benchmark::State& state, const Buffer* b) {
   set_counters(state, *b);
 }
 
-// The console output as usual, plus each run's bytes/s for the ratios printed afterwards.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  // Colour only on a terminal, as the default reporter does with --benchmark_color=auto.
-  RatioReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
-
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
-      auto it = r.counters.find("bytes_per_second");
-      if (it == r.counters.end()) continue;
-      // With repetitions, the mean of the runs.
-      Sum& s = bytes_per_second_[r.run_name.function_name];
-      s.total += it->second.value;
-      s.count += 1;
-    }
-  }
-
-  // Parser bytes/s over memchr bytes/s; negative when either did not run.
-  double ratio(const std::string& parser, const std::string& reference) const {
-    auto p = bytes_per_second_.find(parser);
-    auto m = bytes_per_second_.find(reference);
-    if (p == bytes_per_second_.end() || m == bytes_per_second_.end()) return -1;
-    return (p->second.total / p->second.count) / (m->second.total / m->second.count);
-  }
-
- private:
-  struct Sum {
-    double total = 0;
-    int count = 0;
-  };
-  std::map<std::string, Sum> bytes_per_second_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -168,7 +132,7 @@ int main(int argc, char** argv) {
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  RatioReporter reporter;
+  sluice::bench::MeanReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
 
@@ -176,7 +140,9 @@ int main(int argc, char** argv) {
   for (const Buffer& b : buffers()) {
     const std::string parser = "parser_" + std::string(b.name);
     const std::string reference = "memchr_scan_" + std::string(b.name);
-    const double r = reporter.ratio(parser, reference);
+    const double p = reporter.counter(parser, "bytes_per_second");
+    const double m = reporter.counter(reference, "bytes_per_second");
+    const double r = p < 0 || m <= 0 ? -1 : p / m;
     if (r < 0) {
       std::printf("ratio %s / %s = not measured (filtered out or failed)\n", parser.c_str(),
                   reference.c_str());

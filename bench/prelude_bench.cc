@@ -1,12 +1,12 @@
 // Complete preludes per second on one core: CONNECT and a first SEND fed to a fresh Prelude,
 // driven to kBind and the bind plan, as the engine does for every new connection.
 #include <benchmark/benchmark.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "bench/mean_reporter.h"
 #include "dataplane/session/config.h"
 #include "dataplane/session/prelude.h"
 
@@ -53,40 +53,17 @@ void prelude_to_bind(benchmark::State& state) {
       benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
-class RateReporter : public benchmark::ConsoleReporter {
- public:
-  // Colour only on a terminal, as the default reporter does with --benchmark_color=auto.
-  RateReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
-
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
-      auto it = r.counters.find("preludes/s");
-      if (it == r.counters.end()) continue;
-      total_ += it->second.value;
-      ++count_;
-    }
-  }
-  // Mean over repetitions; negative when nothing ran.
-  double rate() const { return count_ ? total_ / count_ : -1; }
-
- private:
-  double total_ = 0;
-  int count_ = 0;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("prelude_connect_send_to_bind", prelude_to_bind);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  RateReporter reporter;
+  sluice::bench::MeanReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
 
-  const double rate = reporter.rate();
+  const double rate = reporter.counter("prelude_connect_send_to_bind", "preludes/s");
   if (rate < 0) {
     std::printf("preludes/s per core = not measured (filtered out or failed)\n");
   } else {

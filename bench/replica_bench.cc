@@ -2,14 +2,12 @@
 // uniform and skewed (Zipf) key sequences; the ratios are printed after the run (STYLE:
 // benchmarks report a ratio to a reference in the same process).
 #include <benchmark/benchmark.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -18,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "bench/mean_reporter.h"
 #include "control/messages.h"
 #include "control/replica.h"
 
@@ -191,45 +190,6 @@ void map_lookup(benchmark::State& state, Keys keys) {
   state.SetItemsProcessed(int64_t(state.iterations()) * int64_t(kBatch));
 }
 
-// The console output as usual, plus each run's time per lookup for the ratios printed afterwards.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  // Colour only on a terminal, as the default reporter does with --benchmark_color=auto.
-  RatioReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
-
-  void ReportRuns(const std::vector<Run>& runs) override {
-    ConsoleReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.error_occurred || r.iterations == 0) continue;
-      // With repetitions, the mean of the runs; with --benchmark_report_aggregates_only, only
-      // the "mean" aggregate arrives.
-      const bool mean = r.run_type == Run::RT_Aggregate && r.aggregate_name == "mean";
-      if (r.run_type != Run::RT_Iteration && !mean) continue;
-      Sum& s = (mean ? mean_ns_ : runs_ns_)[r.run_name.function_name];
-      s.total += r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit) * 1e9 /
-                 double(kBatch);
-      s.count += 1;
-    }
-  }
-
-  // Mean nanoseconds per lookup; negative when the benchmark did not run.
-  double ns_per_lookup(const std::string& name) const {
-    for (const auto* m : {&runs_ns_, &mean_ns_}) {
-      auto it = m->find(name);
-      if (it != m->end()) return it->second.total / it->second.count;
-    }
-    return -1;
-  }
-
- private:
-  struct Sum {
-    double total = 0;
-    int count = 0;
-  };
-  std::map<std::string, Sum> runs_ns_;
-  std::map<std::string, Sum> mean_ns_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -268,7 +228,7 @@ int main(int argc, char** argv) {
   args.push_back(nullptr);
   benchmark::Initialize(&args_count, args.data());
   if (benchmark::ReportUnrecognizedArguments(args_count, args.data())) return 1;
-  RatioReporter reporter;
+  sluice::bench::MeanReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
 
@@ -276,8 +236,10 @@ int main(int argc, char** argv) {
   // One lookup per call, as the target is set; then bursts, as the dataplane calls it.
   for (const char* kind : {"replica", "replica_burst"}) {
     for (const Case& c : cases) {
-      const double replica = reporter.ns_per_lookup(std::string(kind) + "_" + c.name);
-      const double map = reporter.ns_per_lookup("unordered_map_" + std::string(c.name));
+      const double replica =
+          reporter.ns_per_iteration(std::string(kind) + "_" + c.name) / double(kBatch);
+      const double map =
+          reporter.ns_per_iteration("unordered_map_" + std::string(c.name)) / double(kBatch);
       if (replica < 0 || map < 0) {
         std::printf("ratio %s/unordered_map %s = not measured (filtered out or failed)\n", kind,
                     c.name);
