@@ -40,6 +40,8 @@ constexpr size_t kUnixSocketPathBytesMax = 107;
 // The CONNECTED reply is built in a 1 KiB buffer; 255 leaves room for the fixed headers.
 constexpr size_t kServerBytesMax = 255;
 constexpr size_t kVhostBytesMax = 255;
+// AMQP 0-9-1 short string: RabbitMQ refuses longer queue names.
+constexpr size_t kQueueNameBytesMax = 255;
 constexpr int64_t kSessionsMax = 1'000'000;
 constexpr int64_t kSessionTimeoutMsMax = 86'400'000;  // one day
 constexpr int64_t kConnectTimeoutMsMax = 600'000;
@@ -407,7 +409,7 @@ void read_limits(const Table& root, GatewayConfig* c) {
       root.table("limits", {"sessions_max", "sessions_per_source_max", "prelude_sessions_max",
                             "prelude_bytes_max", "frame_bytes_max", "header_count_max",
                             "header_line_bytes_max", "body_bytes_max", "frame_timeout_ms",
-                            "prelude_idle_timeout_ms", "connect_timeout_ms"});
+                            "prelude_idle_timeout_ms", "connect_timeout_ms", "queues_max"});
   if (t) {
     constexpr int64_t kBytesCeiling = FrameLimits::kFrameBytesCeiling;
     session::SessionConfig& s = c->session;
@@ -442,6 +444,7 @@ void read_limits(const Table& root, GatewayConfig* c) {
     if (auto v = t->integer("connect_timeout_ms", 1, kConnectTimeoutMsMax)) {
       c->connect_timeout_ms = uint32_t(*v);
     }
+    if (auto v = t->integer("queues_max", 1, kQueuesMaxCeiling)) c->queues_max = uint32_t(*v);
   }
   // The keys are valid one by one; the session core checks how they combine.
   std::string why = c->session.validate();
@@ -480,10 +483,8 @@ void read_placement(const Table& root, GatewayConfig* c) {
   std::optional<Table> t = root.table("placement", {"policy"});
   if (!t) return;
   if (auto v = t->string("policy")) {
-    if (*v == placement_policy_name(PlacementPolicy::kRendezvous)) {
-      c->placement = PlacementPolicy::kRendezvous;
-    } else if (*v == placement_policy_name(PlacementPolicy::kLeastQueues)) {
-      c->placement = PlacementPolicy::kLeastQueues;
+    if (std::optional<PlacementPolicy> p = parse_placement_policy(*v)) {
+      c->placement = *p;
     } else {
       t->fail_at("policy", "must be \"rendezvous\" or \"least-queues\"");
     }
@@ -585,10 +586,49 @@ void read_feed(const Table& root, GatewayConfig* c) {
   }
 }
 
+void read_pins(const Table& root, GatewayConfig* c) {
+  const toml::node* n = root.get("pins");
+  if (n == nullptr) return;
+  const toml::array* a = n->as_array();
+  if (a == nullptr) wrong_type(*n, "pins", "an array of tables (write each pin as [[pins]])");
+  std::map<std::pair<std::string, std::string>, size_t> seen;
+  for (size_t i = 0; i < a->size(); ++i) {
+    std::string path = "pins[" + std::to_string(i) + "]";
+    const toml::node& e = *a->get(i);
+    const toml::table* tt = e.as_table();
+    if (tt == nullptr) wrong_type(e, path, "a table");
+    Table t(*tt, path, "[[pins]]", {"vhost", "queue", "node"});
+    PinSpec pin;
+    pin.vhost = t.string("vhost").value_or(c->session.default_vhost);
+    if (pin.vhost.empty() || pin.vhost.size() > kVhostBytesMax) {
+      t.fail_at("vhost", "must be 1 to " + std::to_string(kVhostBytesMax) + " bytes long");
+    }
+    std::optional<std::string> queue = t.string("queue");
+    if (!queue) t.fail_at("queue", "required: the queue's name, e.g. \"orders\"");
+    if (queue->empty() || queue->size() > kQueueNameBytesMax) {
+      t.fail_at("queue", "must be 1 to " + std::to_string(kQueueNameBytesMax) + " bytes long");
+    }
+    pin.queue = *queue;
+    std::optional<std::string> node = t.string("node");
+    if (!node) t.fail_at("node", "required: the name of the node the queue is pinned to");
+    if (std::none_of(c->nodes.begin(), c->nodes.end(),
+                     [&](const NodeSpec& s) { return s.name == *node; })) {
+      t.fail_at("node", "no node named \"" + *node + "\" in [[nodes]]");
+    }
+    pin.node = *node;
+    auto [it, fresh] = seen.emplace(std::make_pair(pin.vhost, pin.queue), i);
+    if (!fresh) {
+      t.fail_at("queue", "queue \"" + pin.queue + "\" in vhost \"" + pin.vhost +
+                             "\" is already pinned by pins[" + std::to_string(it->second) + "]");
+    }
+    c->pins.push_back(std::move(pin));
+  }
+}
+
 GatewayConfig read_config(const toml::table& doc) {
-  Table root(
-      doc, "", "the top level",
-      {"gateway", "listen", "admin", "stomp", "limits", "health", "placement", "nodes", "feed"});
+  Table root(doc, "", "the top level",
+             {"gateway", "listen", "admin", "stomp", "limits", "health", "placement", "nodes",
+              "feed", "pins"});
   GatewayConfig c;
   read_gateway(root, &c);
   read_listen(root, &c);
@@ -599,6 +639,7 @@ GatewayConfig read_config(const toml::table& doc) {
   read_placement(root, &c);
   read_nodes(root, &c);
   read_feed(root, &c);
+  read_pins(root, &c);
   return c;
 }
 
@@ -689,6 +730,41 @@ std::string_view placement_policy_name(PlacementPolicy p) {
       return "least-queues";
   }
   return "unknown";
+}
+
+}  // namespace sluice::control
+
+namespace sluice::control {
+
+std::optional<PlacementPolicy> parse_placement_policy(std::string_view s) {
+  for (PlacementPolicy p : {PlacementPolicy::kRendezvous, PlacementPolicy::kLeastQueues}) {
+    if (s == placement_policy_name(p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::string_view probe_kind_name(ProbeKind k) {
+  return k == ProbeKind::kTcp ? "tcp" : "stomp";
+}
+
+std::string check_health_params(uint32_t interval_ms, uint32_t timeout_ms, uint32_t rise,
+                                uint32_t fall) {
+  auto range = [](std::string_view key, uint32_t v, int64_t lo, int64_t hi) -> std::string {
+    if (int64_t(v) >= lo && int64_t(v) <= hi) return {};
+    return std::string(key) + ": must be between " + std::to_string(lo) + " and " +
+           std::to_string(hi);
+  };
+  for (std::string why :
+       {range("health.interval_ms", interval_ms, kIntervalMsMin, kIntervalMsMax),
+        range("health.timeout_ms", timeout_ms, kTimeoutMsMin, kIntervalMsMax),
+        range("health.rise", rise, 1, kRiseFallMax), range("health.fall", fall, 1, kRiseFallMax)}) {
+    if (!why.empty()) return why;
+  }
+  if (timeout_ms >= interval_ms) {
+    return "health.timeout_ms: must be less than health.interval_ms (" +
+           std::to_string(interval_ms) + ")";
+  }
+  return {};
 }
 
 }  // namespace sluice::control

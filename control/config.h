@@ -43,6 +43,17 @@ struct RabbitFeedConfig {
   uint32_t timeout_ms = 2000;
 };
 
+// An operator's pin in the config file: the queue goes to the node whatever placement or the
+// feeds say. Pins can also be set at run time through the admin API.
+struct PinSpec {
+  std::string vhost;
+  std::string queue;
+  std::string node;  // a configured node's name
+};
+
+// Queues each worker's replica can hold; the ownership table refuses entries beyond it.
+inline constexpr uint32_t kQueuesMaxCeiling = 1u << 26;
+
 struct GatewayConfig {
   // [gateway]
   std::string id = "sluice";  // in sluice-message-id; [A-Za-z0-9._-]{1,64}
@@ -61,6 +72,7 @@ struct GatewayConfig {
   uint32_t sessions_per_source_max = 1'000;
   uint32_t prelude_sessions_max = 10'000;
   uint32_t connect_timeout_ms = 2'000;
+  uint32_t queues_max = 100'000;
   // [health], [placement], [[nodes]], [feed.rabbitmq]
   HealthConfig health;
   PlacementPolicy placement = PlacementPolicy::kRendezvous;
@@ -68,6 +80,8 @@ struct GatewayConfig {
   // RabbitMQ node name ("rabbit@host") of each node, same order as nodes; empty: not mapped.
   std::vector<std::string> broker_node_names;
   RabbitFeedConfig rabbitmq_feed;
+  // [[pins]]
+  std::vector<PinSpec> pins;
 };
 
 struct ConfigError {
@@ -89,5 +103,11 @@ ConfigResult parse_config(std::string_view text, const std::string& path);
 std::string_view log_level_name(LogLevel l);
 std::optional<LogLevel> parse_log_level(std::string_view s);
 std::string_view placement_policy_name(PlacementPolicy p);
+std::optional<PlacementPolicy> parse_placement_policy(std::string_view s);
+std::string_view probe_kind_name(ProbeKind k);
+// Checks a set of health parameters as the loader does (for changes at run time); error text
+// naming the parameter, or empty.
+std::string check_health_params(uint32_t interval_ms, uint32_t timeout_ms, uint32_t rise,
+                                uint32_t fall);
 
 }  // namespace sluice::control

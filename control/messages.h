@@ -12,6 +12,7 @@
 
 #include "control/node.h"
 #include "control/ownership_table.h"
+#include "control/placement.h"
 
 namespace sluice::control {
 
@@ -95,7 +96,15 @@ struct Barrier {
   uint64_t seq = 0;
 };
 
-using ControlToWorker = std::variant<SetOwner, ClearOwner, NodeState, SetBacklog, Barrier>;
+// The configured nodes changed (a reload added nodes or changed weights): unknown queues are
+// placed with this from now on, and node indexes up to its node_count() are valid. Control keeps
+// every Placement it ever sent alive until it stops, so the pointer stays valid in the worker.
+struct SetNodes {
+  const Placement* placement = nullptr;
+};
+
+using ControlToWorker =
+    std::variant<SetOwner, ClearOwner, NodeState, SetBacklog, Barrier, SetNodes>;
 
 // ---- worker -> control ----------------------------------------------------------------------
 

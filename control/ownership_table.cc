@@ -29,6 +29,11 @@ std::string_view owner_source_name(OwnerSource s) {
 
 OwnershipTable::OwnershipTable(size_t node_count) : per_node_(node_count, 0) {}
 
+void OwnershipTable::add_nodes(size_t node_count) {
+  SLUICE_ASSERT(node_count >= per_node_.size());
+  per_node_.resize(node_count, 0);
+}
+
 std::optional<Owner> OwnershipTable::winner(const Entry& e) {
   if (e.pinned != kNoNode) return Owner{e.pinned, OwnerSource::kPinned};
   if (e.learned != kNoNode) return Owner{e.learned, OwnerSource::kLearned};
@@ -79,14 +84,15 @@ void OwnershipTable::learn(const QueueKey& key, NodeIndex node) {
   update(key, [&](Entry& e) { e.learned = node; });
 }
 
-size_t OwnershipTable::forget_learned_except(const std::function<bool(const QueueKey&)>& keep) {
+std::vector<QueueKey> OwnershipTable::forget_learned_except(
+    const std::function<bool(const QueueKey&)>& keep) {
   std::vector<QueueKey> gone;
   for (const auto& [key, e] : entries_) {
     if (e.learned != kNoNode && !keep(key)) gone.push_back(key);
   }
   for (const QueueKey& key : gone)
     update(key, [](Entry& e) { e.learned = kNoNode; });
-  return gone.size();
+  return gone;
 }
 
 void OwnershipTable::pin(const QueueKey& key, NodeIndex node) {
@@ -178,9 +184,7 @@ std::string dir_of(const std::string& path) {
 
 }  // namespace
 
-std::optional<StateFileError> save_ownership(const OwnershipTable& table,
-                                             std::span<const NodeSpec> nodes,
-                                             const std::string& path) {
+std::string render_ownership(const OwnershipTable& table, std::span<const NodeSpec> nodes) {
   std::string body(kMagic);
   body += '\n';
   size_t entries = 0;
@@ -203,7 +207,16 @@ std::optional<StateFileError> save_ownership(const OwnershipTable& table,
   std::snprintf(end, sizeof end, "end %zu %016llx\n", entries,
                 static_cast<unsigned long long>(fnv1a(body)));
   body += end;
+  return body;
+}
 
+std::optional<StateFileError> save_ownership(const OwnershipTable& table,
+                                             std::span<const NodeSpec> nodes,
+                                             const std::string& path) {
+  return write_state_file(render_ownership(table, nodes), path);
+}
+
+std::optional<StateFileError> write_state_file(std::string_view body, const std::string& path) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
   if (fd < 0) return StateFileError{tmp, "cannot create: " + errno_text(errno)};

@@ -35,6 +35,8 @@ class OwnershipTable {
   };
 
   explicit OwnershipTable(size_t node_count);
+  // Nodes are only ever added while running (a reload); indexes in use stay valid.
+  void add_nodes(size_t node_count);
 
   // The entry's winning source, if any.
   std::optional<Owner> lookup(const QueueKey& key) const;
@@ -43,8 +45,9 @@ class OwnershipTable {
   // Records a placement unless one exists (sticky); returns the node that stays placed.
   NodeIndex place(const QueueKey& key, NodeIndex node);
   void learn(const QueueKey& key, NodeIndex node);
-  // Drops learned entries whose keys are not in `keep` (a feed poll's full answer).
-  size_t forget_learned_except(const std::function<bool(const QueueKey&)>& keep);
+  // Drops learned entries whose keys are not in `keep` (a feed poll's full answer); returns the
+  // keys dropped, whose owner may have changed.
+  std::vector<QueueKey> forget_learned_except(const std::function<bool(const QueueKey&)>& keep);
   void pin(const QueueKey& key, NodeIndex node);
   bool unpin(const QueueKey& key);
 
@@ -76,6 +79,10 @@ struct StateFileError {
 std::optional<StateFileError> save_ownership(const OwnershipTable& table,
                                              std::span<const NodeSpec> nodes,
                                              const std::string& path);
+// save_ownership in two steps, so that the slow one (write, fsync, rename) can run off the
+// control thread: the file's text, then writing it durably in place of the old one.
+std::string render_ownership(const OwnershipTable& table, std::span<const NodeSpec> nodes);
+std::optional<StateFileError> write_state_file(std::string_view text, const std::string& path);
 
 struct LoadedOwnership {
   size_t placed = 0;

@@ -124,7 +124,8 @@ size_t slots_for(size_t queues_max) {
 }  // namespace
 
 Replica::Replica(std::span<const NodeSpec> nodes, size_t queues_max, ReplicaOptions options)
-    : placement_(nodes),
+    : own_placement_(nodes),
+      placement_(&own_placement_),
       hash_seed_(options.hash_seed),
       queues_max_(queues_max),
       long_keys_max_(options.long_keys_max != 0
@@ -327,6 +328,15 @@ bool Replica::apply_one(const NodeState& m) {
   return true;
 }
 
+bool Replica::apply_one(const SetNodes& m) {
+  SLUICE_ASSERT(m.placement != nullptr);
+  // Nodes are only ever added: every index in use stays valid.
+  SLUICE_ASSERT(m.placement->node_count() >= placement_->node_count());
+  SLUICE_ASSERT(m.placement->node_count() <= kNodesMax);
+  placement_ = m.placement;
+  return true;
+}
+
 bool Replica::apply_one(const SetBacklog& m) {
   const std::string_view vhost = m.key.vhost(), queue = m.key.queue();
   if (!m.has_backlog) {
@@ -353,7 +363,7 @@ NodeIndex Replica::place_unknown(std::string_view vhost, std::string_view queue,
     ++keys_too_long_;
     return kNoNode;
   }
-  const NodeIndex node = placement_.rendezvous(vhost, queue);
+  const NodeIndex node = placement_->rendezvous(vhost, queue);
   if (node == kNoNode) return kNoNode;
   if (Slot* s = find_or_insert(vhost, queue)) {
     SLUICE_ASSERT(s->owner == kNoNode);  // the caller's lookup() found no owner

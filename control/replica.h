@@ -73,7 +73,7 @@ class Replica {
   // recorded (counted in refused()).
   NodeIndex place_unknown(std::string_view vhost, std::string_view queue, WorkerToControl* report);
 
-  size_t node_count() const { return placement_.node_count(); }
+  size_t node_count() const { return placement_->node_count(); }
   AdminState node_admin(NodeIndex node) const;
   HealthState node_health(NodeIndex node) const;
   // The sequence number of the last Barrier applied (0 before any).
@@ -130,8 +130,10 @@ class Replica {
   bool apply_one(const NodeState& m);
   bool apply_one(const SetBacklog& m);
   bool apply_one(const Barrier& m);
+  bool apply_one(const SetNodes& m);
 
-  Placement placement_;
+  Placement own_placement_;     // from the constructor's nodes
+  const Placement* placement_;  // own_placement_ or control's latest (SetNodes)
   uint64_t hash_seed_;
   size_t queues_max_;
   size_t long_keys_max_;

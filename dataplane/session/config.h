@@ -34,6 +34,7 @@ struct SessionConfig {
 
   // Empty when valid; otherwise names the first setting that is wrong.
   std::string validate() const;
+  bool operator==(const SessionConfig&) const = default;
 };
 
 // Size of the caller's buffer for one spill session: one frame plus retained transaction frames.

@@ -50,6 +50,7 @@ class VersionSet {
   constexpr void add(Version v) { bits_ |= uint8_t(1u << unsigned(v)); }
   constexpr bool has(Version v) const { return (bits_ >> unsigned(v)) & 1u; }
   constexpr bool empty() const { return bits_ == 0; }
+  constexpr bool operator==(const VersionSet&) const = default;
   constexpr VersionSet operator&(VersionSet o) const { return VersionSet(bits_ & o.bits_); }
   std::optional<Version> highest() const;
   // "1.0,1.1,1.2": comma separated, as in the ERROR frame's `version` header.
@@ -76,6 +77,7 @@ struct FrameLimits {
   uint32_t body_bytes_max = kBodyBytesMax;
 
   bool valid() const;
+  bool operator==(const FrameLimits&) const = default;
 };
 
 enum class ParseError : uint8_t {

@@ -73,6 +73,7 @@ void expect_same_settings(const GatewayConfig& a, const GatewayConfig& b) {
   EXPECT_EQ(a.sessions_per_source_max, b.sessions_per_source_max);
   EXPECT_EQ(a.prelude_sessions_max, b.prelude_sessions_max);
   EXPECT_EQ(a.connect_timeout_ms, b.connect_timeout_ms);
+  EXPECT_EQ(a.queues_max, b.queues_max);
   EXPECT_EQ(a.health.probe, b.health.probe);
   EXPECT_EQ(a.health.interval_ms, b.health.interval_ms);
   EXPECT_EQ(a.health.timeout_ms, b.health.timeout_ms);
@@ -107,6 +108,19 @@ TEST(ConfigExample, LoadsAndDocumentsTheDefaults) {
   EXPECT_EQ(c.rabbitmq_feed.urls, std::vector<std::string>{"http://127.0.0.1:15672"});
   EXPECT_EQ(c.rabbitmq_feed.login, "sluice");
   EXPECT_EQ(c.rabbitmq_feed.passcode_file, "/etc/sluice/rabbitmq.passcode");
+  ASSERT_EQ(c.pins.size(), 1u);
+  EXPECT_EQ(c.pins[0].vhost, "/");
+  EXPECT_EQ(c.pins[0].queue, "orders");
+  EXPECT_EQ(c.pins[0].node, "rabbit1");
+}
+
+TEST(Config, PinsNameTheirNodeAndTakeTheDefaultVhost) {
+  GatewayConfig c = must_parse("[stomp]\ndefault_vhost = \"v\"\n" + std::string(kOneNode) +
+                               "[[pins]]\nqueue = \"a\"\nnode = \"rabbit1\"\n"
+                               "[[pins]]\nvhost = \"/\"\nqueue = \"a\"\nnode = \"rabbit1\"\n");
+  ASSERT_EQ(c.pins.size(), 2u);
+  EXPECT_EQ(c.pins[0].vhost, "v");
+  EXPECT_EQ(c.pins[1].vhost, "/");
 }
 
 TEST(ConfigExample, MentionsEveryKey) {
@@ -145,7 +159,12 @@ TEST(ConfigExample, MentionsEveryKey) {
                           "weight =",
                           "broker_node =",
                           "enabled =",
-                          "urls ="}) {
+                          "urls =",
+                          "queues_max =",
+                          "[[pins]]",
+                          "vhost =",
+                          "queue =",
+                          "node ="}) {
     EXPECT_NE(text.find(key), std::string::npos) << key;
   }
 }
@@ -269,6 +288,7 @@ void add_integer_cases(std::vector<BadValue>* out) {
       {"[limits]\n", "frame_timeout_ms", "limits.frame_timeout_ms", 1, 86'400'000},
       {"[limits]\n", "prelude_idle_timeout_ms", "limits.prelude_idle_timeout_ms", 1, 86'400'000},
       {"[limits]\n", "connect_timeout_ms", "limits.connect_timeout_ms", 1, 600'000},
+      {"[limits]\n", "queues_max", "limits.queues_max", 1, 67'108'864},
       {"[health]\n", "interval_ms", "health.interval_ms", 100, 3'600'000},
       {"[health]\n", "timeout_ms", "health.timeout_ms", 10, 3'600'000},
       {"[health]\n", "rise", "health.rise", 1, 100},
@@ -438,6 +458,30 @@ std::vector<BadValue> bad_values() {
        "must not contain ':'"},
       {"feed_rabbitmq_passcode_file_type", "[feed.rabbitmq]\npasscode_file = {}\n", 2,
        "feed.rabbitmq.passcode_file", "must be a string, not a table"},
+      // [[pins]] (after the one node: the pin's table starts on line 4)
+      {"pins_type", "pins = 1\n" + std::string(kOneNode), 1, "pins", "must be an array of tables"},
+      {"pin_unknown_key",
+       std::string(kOneNode) + "[[pins]]\nqueue = \"q\"\nnode = \"rabbit1\"\nhost = \"/\"\n", 7,
+       "pins[0].host", "unknown key"},
+      {"pin_queue_missing", std::string(kOneNode) + "[[pins]]\nnode = \"rabbit1\"\n", 4,
+       "pins[0].queue", "required"},
+      {"pin_queue_empty", std::string(kOneNode) + "[[pins]]\nqueue = \"\"\nnode = \"rabbit1\"\n", 5,
+       "pins[0].queue", "1 to 255 bytes"},
+      {"pin_queue_too_long",
+       std::string(kOneNode) + "[[pins]]\nqueue = \"" + std::string(256, 'q') +
+           "\"\nnode = \"rabbit1\"\n",
+       5, "pins[0].queue", "1 to 255 bytes"},
+      {"pin_vhost_empty",
+       std::string(kOneNode) + "[[pins]]\nvhost = \"\"\nqueue = \"q\"\nnode = \"rabbit1\"\n", 5,
+       "pins[0].vhost", "1 to 255 bytes"},
+      {"pin_node_missing", std::string(kOneNode) + "[[pins]]\nqueue = \"q\"\n", 4, "pins[0].node",
+       "required"},
+      {"pin_node_unknown", std::string(kOneNode) + "[[pins]]\nqueue = \"q\"\nnode = \"rabbit9\"\n",
+       6, "pins[0].node", "no node named \"rabbit9\""},
+      {"pin_duplicate",
+       std::string(kOneNode) + "[[pins]]\nqueue = \"q\"\nnode = \"rabbit1\"\n[[pins]]\nqueue = "
+                               "\"q\"\nnode = \"rabbit1\"\n",
+       8, "pins[1].queue", "already pinned by pins[0]"},
   };
   add_integer_cases(&v);
   return v;

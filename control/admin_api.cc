@@ -1,0 +1,319 @@
+// Admin API routes: JSON in and out, one clear "error" line with a fitting status on failure.
+#include "control/admin_api.h"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "control/control_internal.h"
+
+namespace sluice::control {
+namespace {
+
+using nlohmann::json;
+
+AdminResponse reply(unsigned status, const json& body) {
+  // Names from brokers are bytes, not always UTF-8: replace what is not, never throw.
+  return AdminResponse{status, "application/json",
+                       body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"};
+}
+
+AdminResponse error(unsigned status, std::string message) {
+  return reply(status, json{{"error", std::move(message)}});
+}
+
+AdminResponse error(const OpError& e) {
+  return error(e.status, e.message);
+}
+
+AdminResponse method_not_allowed(const AdminRequest& r, std::string_view allowed) {
+  return error(405, "method " + r.method + " is not allowed on " + r.path +
+                        " (allowed: " + std::string(allowed) + ")");
+}
+
+std::string iso_time(int64_t unix_ms) {
+  if (unix_ms <= 0) return "";
+  const std::time_t secs = std::time_t(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[96];  // room for any int the compiler imagines; the text is 20 bytes
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return buf;
+}
+
+json node_json(const NodeStatus& n) {
+  return json{
+      {"name", n.spec.name},
+      {"address", n.spec.host + ":" + std::to_string(n.spec.port)},
+      {"weight", n.spec.weight},
+      {"broker_node", n.broker_node},
+      {"admin", admin_state_name(n.admin)},
+      {"health", health_state_name(n.health)},
+      {"health_since", iso_time(n.health_since_unix_ms)},
+      {"queues", n.queues},
+      {"probes_ok", n.probes_ok},
+      {"probes_failed", n.probes_failed},
+      {"passive_failures", n.passive_failures},
+      {"health_changes", n.health_changes},
+      {"last_probe_latency_ms", double(n.last_probe_latency_us) / 1000},
+      {"last_probe_error", n.last_probe_error},
+  };
+}
+
+json queue_json(const QueueStatus& q) {
+  json j{{"vhost", q.key.vhost}, {"queue", q.key.queue}};
+  if (q.owner) {
+    j["node"] = q.pinned.empty() && q.learned.empty() ? q.placed
+                : q.pinned.empty()                    ? q.learned
+                                                      : q.pinned;
+    j["source"] = owner_source_name(q.owner->source);
+  } else {
+    j["node"] = nullptr;
+    j["source"] = nullptr;
+  }
+  j["pinned"] = q.pinned.empty() ? json(nullptr) : json(q.pinned);
+  j["learned"] = q.learned.empty() ? json(nullptr) : json(q.learned);
+  j["placed"] = q.placed.empty() ? json(nullptr) : json(q.placed);
+  return j;
+}
+
+// A JSON object body, or an error response.
+std::variant<json, AdminResponse> parse_body(const AdminRequest& r) {
+  json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return error(400, "the request body is not valid JSON");
+  if (!j.is_object()) return error(400, "the request body must be a JSON object");
+  return j;
+}
+
+// A required string member of a request object; nullopt sets *why.
+std::optional<std::string> string_member(const json& j, const char* name, std::string* why) {
+  auto it = j.find(name);
+  if (it == j.end()) {
+    *why = std::string("missing \"") + name + "\"";
+    return std::nullopt;
+  }
+  if (!it->is_string()) {
+    *why = std::string("\"") + name + "\" must be a string";
+    return std::nullopt;
+  }
+  return it->get<std::string>();
+}
+
+const std::string* query(const AdminRequest& r, const char* name) {
+  auto it = r.query.find(name);
+  return it == r.query.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+AdminApi::AdminApi(Control& control, Reload reload)
+    : control_(control), reload_(std::move(reload)) {}
+
+AdminResponse AdminApi::handle(const AdminRequest& r) {
+  const std::string& p = r.path;
+  if (p == "/metrics") {
+    if (r.method != "GET") return method_not_allowed(r, "GET");
+    return AdminResponse{200, "text/plain; version=0.0.4; charset=utf-8", control_.metrics_text()};
+  }
+  if (p == "/v1/status") return status(r);
+  if (p == "/v1/nodes" || p.starts_with("/v1/nodes/")) return nodes(r);
+  if (p == "/v1/queues") return queues(r);
+  if (p == "/v1/queue") return queue(r);
+  if (p == "/v1/pins") return pins(r);
+  if (p == "/v1/settings" || p.starts_with("/v1/settings/")) return settings(r);
+  if (p == "/v1/reload") return reload(r);
+  return error(404, "no endpoint " + p + "; see the Admin API section of the README");
+}
+
+AdminResponse AdminApi::status(const AdminRequest& r) {
+  if (r.method != "GET") return method_not_allowed(r, "GET");
+  const Control::Summary s = control_.summary();
+  const GatewayConfig& c = control_.config();
+  json feed{{"enabled", s.feed_enabled},
+            {"polls", s.feed_polls},
+            {"failures", s.feed_failures},
+            {"last_success", iso_time(s.feed_last_success_unix_ms)},
+            {"last_error", s.feed_last_error}};
+  return reply(200, json{
+                        {"version", SLUICE_VERSION},
+                        {"gateway", c.id},
+                        {"started", iso_time(s.started_unix_ms)},
+                        {"uptime_s", (unix_ms_now() - s.started_unix_ms) / 1000},
+                        {"workers", s.workers},
+                        {"nodes", s.nodes},
+                        {"nodes_up", s.nodes_up},
+                        {"queues", s.queues},
+                        {"queues_max", c.queues_max},
+                        {"pinned", s.pinned},
+                        {"learned", s.learned},
+                        {"placed", s.placed},
+                        {"placements", s.placements},
+                        {"placement_policy", placement_policy_name(c.placement)},
+                        {"log_level", *control_.setting("log_level")},
+                        {"feed", feed},
+                    });
+}
+
+AdminResponse AdminApi::nodes(const AdminRequest& r) {
+  if (r.path == "/v1/nodes") {
+    if (r.method != "GET") return method_not_allowed(r, "GET");
+    json list = json::array();
+    for (const NodeStatus& n : control_.nodes())
+      list.push_back(node_json(n));
+    return reply(200, json{{"nodes", list}});
+  }
+  std::string_view rest = std::string_view(r.path).substr(std::string_view("/v1/nodes/").size());
+  const size_t slash = rest.find('/');
+  const std::string name(rest.substr(0, slash));
+  const std::string_view tail = slash == std::string_view::npos ? "" : rest.substr(slash);
+  if (tail.empty()) {
+    if (r.method != "GET") return method_not_allowed(r, "GET");
+    std::optional<NodeStatus> n = control_.node(name);
+    if (!n) return error(404, "no node named \"" + name + "\"");
+    return reply(200, node_json(*n));
+  }
+  if (tail != "/admin") return error(404, "no endpoint " + r.path);
+  if (r.method != "PUT") return method_not_allowed(r, "PUT");
+  auto body = parse_body(r);
+  if (auto* e = std::get_if<AdminResponse>(&body)) return *e;
+  std::string why;
+  std::optional<std::string> state = string_member(std::get<json>(body), "state", &why);
+  if (!state) return error(400, why + " (e.g. {\"state\": \"drain\"})");
+  if (std::optional<OpError> e = control_.set_admin_state(name, *state)) return error(*e);
+  return reply(200, node_json(*control_.node(name)));
+}
+
+AdminResponse AdminApi::queues(const AdminRequest& r) {
+  if (r.method != "GET") return method_not_allowed(r, "GET");
+  std::string vhost;
+  if (const std::string* v = query(r, "vhost")) vhost = *v;
+  std::optional<OwnerSource> source;
+  if (const std::string* s = query(r, "source")) {
+    for (OwnerSource o : {OwnerSource::kPinned, OwnerSource::kLearned, OwnerSource::kPlaced}) {
+      if (*s == owner_source_name(o)) source = o;
+    }
+    if (!source) return error(400, "source must be \"pinned\", \"learned\" or \"placed\"");
+  }
+  size_t limit = kQueuesListMax;
+  if (const std::string* l = query(r, "limit")) {
+    size_t v = 0;
+    auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), v);
+    if (ec != std::errc() || p != l->data() + l->size() || v == 0 || v > kQueuesListMax) {
+      return error(400, "limit must be a whole number from 1 to " + std::to_string(kQueuesListMax));
+    }
+    limit = v;
+  }
+  size_t total = 0;
+  json list = json::array();
+  for (const QueueStatus& q : control_.queues(vhost, source, limit, &total))
+    list.push_back(queue_json(q));
+  const bool truncated = total > list.size();
+  return reply(200, json{{"queues", list}, {"total", total}, {"truncated", truncated}});
+}
+
+AdminResponse AdminApi::queue(const AdminRequest& r) {
+  if (r.method != "GET") return method_not_allowed(r, "GET");
+  const std::string* vhost = query(r, "vhost");
+  const std::string* name = query(r, "queue");
+  if (vhost == nullptr || name == nullptr) {
+    return error(400, "vhost and queue are required: /v1/queue?vhost=%2F&queue=orders");
+  }
+  QueueStatus q = control_.queue(*vhost, *name);
+  if (!q.owner) {
+    return error(404, "queue \"" + *name + "\" in vhost \"" + *vhost +
+                          "\" has no owner yet (it is placed when a session first names it)");
+  }
+  return reply(200, queue_json(q));
+}
+
+AdminResponse AdminApi::pins(const AdminRequest& r) {
+  if (r.method == "DELETE") {
+    const std::string* vhost = query(r, "vhost");
+    const std::string* name = query(r, "queue");
+    if (vhost == nullptr || name == nullptr) {
+      return error(400, "vhost and queue are required: /v1/pins?vhost=%2F&queue=orders");
+    }
+    if (!control_.unpin(*vhost, *name)) {
+      return error(404, "queue \"" + *name + "\" in vhost \"" + *vhost + "\" is not pinned");
+    }
+    return reply(200, queue_json(control_.queue(*vhost, *name)));
+  }
+  if (r.method != "POST") return method_not_allowed(r, "POST, DELETE");
+  auto body = parse_body(r);
+  if (auto* e = std::get_if<AdminResponse>(&body)) return *e;
+  const json& j = std::get<json>(body);
+  // One pin {"vhost", "queue", "node"} or a batch {"pins": [...]}, applied all or nothing.
+  const bool batch = j.contains("pins");
+  std::vector<PinRequest> reqs;
+  auto read_one = [&](const json& o, const std::string& where) -> std::optional<AdminResponse> {
+    if (!o.is_object()) return error(400, where + "each pin must be an object");
+    std::string why;
+    PinRequest p;
+    std::optional<std::string> vhost = string_member(o, "vhost", &why);
+    std::optional<std::string> queue = vhost ? string_member(o, "queue", &why) : std::nullopt;
+    std::optional<std::string> node = queue ? string_member(o, "node", &why) : std::nullopt;
+    if (!node) return error(400, where + why);
+    reqs.push_back(PinRequest{*vhost, *queue, *node});
+    return std::nullopt;
+  };
+  if (batch) {
+    const json& list = j["pins"];
+    if (!list.is_array()) return error(400, "\"pins\" must be an array");
+    reqs.reserve(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (auto e = read_one(list[i], "pins[" + std::to_string(i) + "]: ")) return *e;
+    }
+  } else if (auto e = read_one(j, "")) {
+    return *e;
+  }
+  if (std::optional<OpError> e = control_.pin(reqs)) return error(*e);
+  if (!batch) return reply(200, queue_json(control_.queue(reqs[0].vhost, reqs[0].queue)));
+  return reply(200, json{{"pinned", reqs.size()}});
+}
+
+AdminResponse AdminApi::settings(const AdminRequest& r) {
+  if (r.path == "/v1/settings") {
+    if (r.method != "GET") return method_not_allowed(r, "GET");
+    json all = json::object();
+    for (const auto& [k, v] : control_.settings())
+      all[k] = v;
+    return reply(200, json{{"settings", all}});
+  }
+  const std::string key = r.path.substr(std::string_view("/v1/settings/").size());
+  if (r.method == "GET") {
+    std::optional<std::string> v = control_.setting(key);
+    if (!v) {
+      std::string keys;
+      for (const auto& [k, value] : control_.settings())
+        keys += (keys.empty() ? "" : ", ") + k;
+      return error(404, "no setting named \"" + key + "\"; settings are: " + keys);
+    }
+    return reply(200, json{{"key", key}, {"value", *v}});
+  }
+  if (r.method != "PUT") return method_not_allowed(r, "GET, PUT");
+  auto body = parse_body(r);
+  if (auto* e = std::get_if<AdminResponse>(&body)) return *e;
+  const json& j = std::get<json>(body);
+  auto it = j.find("value");
+  if (it == j.end()) return error(400, "missing \"value\" (e.g. {\"value\": \"debug\"})");
+  // Numbers are accepted as JSON numbers or strings; settings keep their text form.
+  std::string value;
+  if (it->is_string()) {
+    value = it->get<std::string>();
+  } else if (it->is_number_unsigned()) {
+    value = std::to_string(it->get<uint64_t>());
+  } else {
+    return error(400, "\"value\" must be a string or a whole number");
+  }
+  if (std::optional<OpError> e = control_.set_setting(key, value)) return error(*e);
+  return reply(200, json{{"key", key}, {"value", *control_.setting(key)}});
+}
+
+AdminResponse AdminApi::reload(const AdminRequest& r) {
+  if (r.method != "POST") return method_not_allowed(r, "POST");
+  if (!reload_) return error(501, "this server cannot reload its config");
+  if (std::optional<std::string> e = reload_()) return error(400, *e);
+  return reply(200, json{{"reloaded", true}});
+}
+
+}  // namespace sluice::control

@@ -1,0 +1,38 @@
+// The admin API's routes: what each endpoint of sluiced's HTTP/JSON API does to Control. The
+// endpoints are listed in README ("Admin API"); sluicectl is a thin client of them.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "control/admin_server.h"
+#include "control/control.h"
+
+namespace sluice::control {
+
+// Most queues one GET /v1/queues answers with (the rest are counted in "total").
+inline constexpr size_t kQueuesListMax = 100'000;
+
+class AdminApi {
+ public:
+  // `reload` re-reads the config file as SIGHUP does; error text, or nullopt when applied.
+  using Reload = std::function<std::optional<std::string>()>;
+  AdminApi(Control& control, Reload reload);
+
+  AdminResponse handle(const AdminRequest& request);
+
+ private:
+  AdminResponse status(const AdminRequest& r);
+  AdminResponse nodes(const AdminRequest& r);
+  AdminResponse queues(const AdminRequest& r);
+  AdminResponse queue(const AdminRequest& r);
+  AdminResponse pins(const AdminRequest& r);
+  AdminResponse settings(const AdminRequest& r);
+  AdminResponse reload(const AdminRequest& r);
+
+  Control& control_;
+  Reload reload_;
+};
+
+}  // namespace sluice::control

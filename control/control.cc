@@ -1,0 +1,748 @@
+// The control thread's service: node health, the ownership table and its sources, the state
+// file, and the per-worker outboxes that feed the replicas.
+#include "control/control.h"
+
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <unordered_set>
+
+#include "control/control_internal.h"
+#include "control/log.h"
+#include "dataplane/session/assert.h"
+
+namespace sluice::control {
+namespace {
+
+constexpr uint32_t kFlushRetryMs = 1;
+constexpr uint32_t kWorkerPollMs = 1;
+constexpr uint32_t kSaveDelayMs = 100;
+constexpr uint32_t kSaveRetryMs = 5'000;
+constexpr size_t kPassKeyBytesMax = 4096;
+
+// The passcode in *out, or an error naming the file.
+std::optional<std::string> read_passcode(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "cannot read passcode file " + path + ": " + std::strerror(errno);
+  std::string s(kPassKeyBytesMax + 1, '\0');
+  in.read(s.data(), std::streamsize(s.size()));
+  s.resize(size_t(in.gcount()));
+  if (s.size() > kPassKeyBytesMax) {
+    return "passcode file " + path + " is larger than " + std::to_string(kPassKeyBytesMax) +
+           " bytes";
+  }
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r'))
+    s.pop_back();
+  *out = std::move(s);
+  return std::nullopt;
+}
+
+}  // namespace
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::variant<Secrets, std::string> read_secrets(const GatewayConfig& config) {
+  Secrets s;
+  if (!config.health.passcode_file.empty()) {
+    if (auto e = read_passcode(config.health.passcode_file, &s.health_passcode)) {
+      return "health.passcode_file: " + *e;
+    }
+  }
+  if (config.rabbitmq_feed.enabled && !config.rabbitmq_feed.passcode_file.empty()) {
+    if (auto e = read_passcode(config.rabbitmq_feed.passcode_file, &s.feed_passcode)) {
+      return "feed.rabbitmq.passcode_file: " + *e;
+    }
+  }
+  return s;
+}
+
+Control::Control(boost::asio::io_context& io, GatewayConfig config, Secrets secrets)
+    : io_(io),
+      config_(std::move(config)),
+      secrets_(std::move(secrets)),
+      table_(config_.nodes.size()),
+      counters_(std::make_unique<Counters>()),
+      flush_timer_(io),
+      poll_timer_(io),
+      feed_timer_(io),
+      save_timer_(io),
+      alive_(std::make_shared<int>(0)) {
+  SLUICE_ASSERT(!config_.nodes.empty() && config_.nodes.size() <= kNodesMax);
+  placements_.push_back(std::make_unique<Placement>(config_.nodes));
+  for (size_t i = 0; i < config_.nodes.size(); ++i) {
+    nodes_.push_back(std::make_unique<NodeRuntime>(io, config_.health.rise, config_.health.fall));
+    if (!config_.broker_node_names[i].empty()) {
+      broker_nodes_[config_.broker_node_names[i]] = NodeIndex(i);
+    }
+  }
+  counters_->started_unix_ms = unix_ms_now();
+  // The writer thread must not read alive_ (stop() resets it): it gets its own weak_ptr.
+  std::weak_ptr<int> alive = alive_;
+  writer_ = std::make_unique<StateWriter>(
+      state_path(), [this, alive](const std::optional<StateFileError>& e) { on_saved(alive, e); });
+  set_log_level(config_.log_level);
+}
+
+Control::~Control() {
+  stop();
+}
+
+std::string Control::state_path() const {
+  return config_.state_dir + "/ownership";
+}
+
+std::optional<std::string> Control::load_state() {
+  auto r = load_ownership(table_, config_.nodes, state_path());
+  if (auto* e = std::get_if<StateFileError>(&r)) {
+    return "state file " + e->file + ": " + e->message + " (a copy is kept as " + e->file +
+           ".corrupt; move the file away to start with no recorded placements)";
+  }
+  const LoadedOwnership& loaded = std::get<LoadedOwnership>(r);
+  log_event(LogLevel::kInfo, "state_loaded",
+            {{"file", state_path()},
+             {"placed", std::to_string(loaded.placed)},
+             {"pinned", std::to_string(loaded.pinned)}});
+  for (const std::string& d : loaded.dropped) {
+    log_event(LogLevel::kWarn, "state_entry_dropped", {{"file", state_path()}, {"entry", d}});
+  }
+  apply_config_pins({}, config_.pins);
+  return std::nullopt;
+}
+
+Control::Worker Control::attach_worker() {
+  auto w = std::make_unique<WorkerState>();
+  w->channel = std::make_unique<WorkerChannel>();
+  Worker out{w->channel.get(), std::make_unique<Replica>(config_.nodes, config_.queues_max)};
+  Replica& r = *out.replica;
+  // The worker thread has not started: filling its replica here is safe, and start-up does not
+  // push a million messages through a ring.
+  if (placements_.size() > 1) r.apply(SetNodes{placements_.back().get()});
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    r.apply(NodeState{NodeIndex(i), nodes_[i]->admin, nodes_[i]->tracker.state()});
+  }
+  table_.for_each([&](const QueueKey& key, const OwnershipTable::Entry&) {
+    std::optional<Owner> o = table_.lookup(key);
+    SetOwner m;
+    if (!o || m.key.assign(key.vhost, key.queue) != KeyFit::kFits) return;
+    m.node = o->node;
+    m.source = o->source;
+    if (!r.apply(m)) ++counters_->replica_refused;
+  });
+  w->index = workers_.size();
+  workers_.push_back(std::move(w));
+  return out;
+}
+
+void Control::start() {
+  if (running_) return;
+  running_ = true;
+  // Spread the first probes over one interval so that nodes are not probed in lockstep.
+  const uint32_t interval = config_.health.interval_ms;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    schedule_probe(NodeIndex(i), uint32_t(interval * i / nodes_.size()));
+  }
+  if (config_.rabbitmq_feed.enabled) schedule_feed(0);
+  poll_timer_.expires_after(std::chrono::milliseconds(kWorkerPollMs));
+  std::weak_ptr<int> alive = alive_;
+  poll_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (!ec && !alive.expired()) poll_workers();
+  });
+  log_event(LogLevel::kInfo, "control_started",
+            {{"nodes", std::to_string(nodes_.size())},
+             {"workers", std::to_string(workers_.size())},
+             {"queues", std::to_string(table_.size())}});
+}
+
+void Control::stop() {
+  if (!alive_) return;
+  const bool was_running = running_;
+  running_ = false;
+  alive_.reset();
+  flush_timer_.cancel();
+  poll_timer_.cancel();
+  feed_timer_.cancel();
+  save_timer_.cancel();
+  for (auto& n : nodes_)
+    n->timer.cancel();
+  if (dirty_ || was_running) save_now();
+}
+
+// ---- nodes ------------------------------------------------------------------------------------
+
+std::optional<NodeIndex> Control::node_index(std::string_view name) const {
+  for (size_t i = 0; i < config_.nodes.size(); ++i) {
+    if (config_.nodes[i].name == name) return NodeIndex(i);
+  }
+  return std::nullopt;
+}
+
+std::string Control::node_names() const {
+  std::string s;
+  for (const NodeSpec& n : config_.nodes)
+    s += (s.empty() ? "" : ", ") + n.name;
+  return s;
+}
+
+std::string Control::node_name_or_empty(NodeIndex i) const {
+  return i == kNoNode ? std::string() : config_.nodes[i].name;
+}
+
+NodeStatus Control::status_of(NodeIndex i) const {
+  const NodeRuntime& n = *nodes_[i];
+  NodeStatus s;
+  s.spec = config_.nodes[i];
+  s.broker_node = config_.broker_node_names[i];
+  s.admin = n.admin;
+  s.health = n.tracker.state();
+  s.queues = table_.queues_per_node()[i];
+  s.probes_ok = n.probes_ok;
+  s.probes_failed = n.probes_failed;
+  s.passive_failures = n.passive_failures;
+  s.health_changes = n.health_changes;
+  s.last_probe_latency_us = n.last_latency_us;
+  s.last_probe_error = n.last_error;
+  s.health_since_unix_ms = n.health_since_unix_ms;
+  return s;
+}
+
+std::vector<NodeStatus> Control::nodes() const {
+  std::vector<NodeStatus> out;
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    out.push_back(status_of(NodeIndex(i)));
+  return out;
+}
+
+std::optional<NodeStatus> Control::node(std::string_view name) const {
+  std::optional<NodeIndex> i = node_index(name);
+  if (!i) return std::nullopt;
+  return status_of(*i);
+}
+
+std::optional<OpError> Control::set_admin_state(std::string_view name, std::string_view state) {
+  std::optional<NodeIndex> i = node_index(name);
+  if (!i) {
+    return OpError{404, "no node named \"" + std::string(name) + "\"; nodes are: " + node_names()};
+  }
+  std::optional<AdminState> a = parse_admin_state(state);
+  if (!a) {
+    return OpError{400, "admin state must be \"up\", \"drain\" or \"maintenance\", not \"" +
+                            std::string(state) + "\""};
+  }
+  NodeRuntime& n = *nodes_[*i];
+  if (n.admin == *a) return std::nullopt;
+  log_event(LogLevel::kInfo, "node_admin_state",
+            {{"node", config_.nodes[*i].name},
+             {"from", admin_state_name(n.admin)},
+             {"to", admin_state_name(*a)}});
+  n.admin = *a;
+  ++counters_->admin_changes;
+  broadcast_node(*i);
+  return std::nullopt;
+}
+
+// ---- health -----------------------------------------------------------------------------------
+
+ProbeSettings Control::probe_settings() const {
+  ProbeSettings p;
+  p.kind = config_.health.probe;
+  p.timeout_ms = config_.health.timeout_ms;
+  p.login = config_.health.login;
+  p.passcode = secrets_.health_passcode;
+  p.vhost = config_.session.default_vhost;
+  return p;
+}
+
+void Control::schedule_probe(NodeIndex i, uint32_t delay_ms) {
+  NodeRuntime& n = *nodes_[i];
+  n.timer.expires_after(std::chrono::milliseconds(delay_ms));
+  std::weak_ptr<int> alive = alive_;
+  n.timer.async_wait([this, alive, i](boost::system::error_code ec) {
+    if (!ec && !alive.expired()) run_probe(i);
+  });
+}
+
+void Control::run_probe(NodeIndex i) {
+  NodeRuntime& n = *nodes_[i];
+  n.probe_started = std::chrono::steady_clock::now();
+  const uint64_t generation = n.generation;
+  std::weak_ptr<int> alive = alive_;
+  start_probe(io_, config_.nodes[i].host, config_.nodes[i].port, probe_settings(),
+              [this, alive, i, generation](ProbeResult r) {
+                if (alive.expired() || !running_) return;
+                // A reload that changed the node's address started a new probe cycle.
+                if (nodes_[i]->generation != generation) return;
+                on_probe(i, r);
+              });
+}
+
+void Control::on_probe(NodeIndex i, const ProbeResult& r) {
+  NodeRuntime& n = *nodes_[i];
+  n.last_latency_us = r.latency_us;
+  n.latency.observe(double(r.latency_us) / 1e6);
+  bool changed;
+  if (r.ok) {
+    ++n.probes_ok;
+    n.last_error.clear();
+    changed = n.tracker.on_success();
+  } else {
+    ++n.probes_failed;
+    if (r.error != n.last_error) {
+      log_event(LogLevel::kDebug, "probe_failed",
+                {{"node", config_.nodes[i].name}, {"error", r.error}});
+    }
+    n.last_error = r.error;
+    changed = n.tracker.on_failure();
+  }
+  if (changed) on_health_change(i, r.ok ? "probe succeeded" : r.error);
+  // HAProxy's inter: the next probe starts one interval after this one started.
+  const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - n.probe_started)
+                           .count();
+  const int64_t wait = int64_t(config_.health.interval_ms) - elapsed;
+  schedule_probe(i, uint32_t(std::max<int64_t>(wait, 0)));
+}
+
+void Control::on_passive_failure(NodeIndex i) {
+  if (i >= nodes_.size()) return;
+  NodeRuntime& n = *nodes_[i];
+  ++n.passive_failures;
+  if (n.tracker.on_failure()) on_health_change(i, "connections from workers failed");
+}
+
+void Control::on_health_change(NodeIndex i, std::string_view reason) {
+  NodeRuntime& n = *nodes_[i];
+  ++n.health_changes;
+  n.health_since_unix_ms = unix_ms_now();
+  const bool up = n.tracker.state() == HealthState::kUp;
+  log_event(up ? LogLevel::kInfo : LogLevel::kWarn, up ? "node_up" : "node_down",
+            {{"node", config_.nodes[i].name}, {"reason", reason}});
+  broadcast_node(i);
+}
+
+// ---- queues -----------------------------------------------------------------------------------
+
+std::vector<QueueStatus> Control::queues(std::string_view vhost, std::optional<OwnerSource> source,
+                                         size_t limit, size_t* total) const {
+  std::vector<QueueStatus> out;
+  size_t matched = 0;
+  table_.for_each([&](const QueueKey& key, const OwnershipTable::Entry& e) {
+    if (!vhost.empty() && key.vhost != vhost) return;
+    std::optional<Owner> o = table_.lookup(key);
+    if (source && (!o || o->source != *source)) return;
+    ++matched;
+    if (out.size() >= limit) return;
+    out.push_back(QueueStatus{key, o, node_name_or_empty(e.placed), node_name_or_empty(e.learned),
+                              node_name_or_empty(e.pinned)});
+  });
+  std::sort(out.begin(), out.end(), [](const QueueStatus& a, const QueueStatus& b) {
+    return a.key.vhost != b.key.vhost ? a.key.vhost < b.key.vhost : a.key.queue < b.key.queue;
+  });
+  if (total != nullptr) *total = matched;
+  return out;
+}
+
+QueueStatus Control::queue(std::string_view vhost, std::string_view queue) const {
+  QueueStatus s{QueueKey{std::string(vhost), std::string(queue)}, std::nullopt, {}, {}, {}};
+  if (const OwnershipTable::Entry* e = table_.find(s.key)) {
+    s.owner = table_.lookup(s.key);
+    s.placed = node_name_or_empty(e->placed);
+    s.learned = node_name_or_empty(e->learned);
+    s.pinned = node_name_or_empty(e->pinned);
+  }
+  return s;
+}
+
+bool Control::table_full_for(const QueueKey& key) const {
+  return table_.size() >= config_.queues_max && table_.find(key) == nullptr;
+}
+
+std::optional<OpError> Control::pin(std::span<const PinRequest> pins) {
+  std::vector<NodeIndex> targets;
+  targets.reserve(pins.size());
+  size_t fresh = 0;
+  for (size_t k = 0; k < pins.size(); ++k) {
+    const PinRequest& p = pins[k];
+    const std::string where = pins.size() > 1 ? "pins[" + std::to_string(k) + "]: " : "";
+    if (p.vhost.empty()) return OpError{400, where + "vhost must not be empty"};
+    if (p.queue.empty()) return OpError{400, where + "queue must not be empty"};
+    if (KeyFit f = key_fit(p.vhost, p.queue); f != KeyFit::kFits) {
+      return OpError{400, where + std::string(key_fit_name(f))};
+    }
+    std::optional<NodeIndex> i = node_index(p.node);
+    if (!i) {
+      return OpError{404, where + "no node named \"" + p.node + "\"; nodes are: " + node_names()};
+    }
+    targets.push_back(*i);
+    if (table_.find(QueueKey{p.vhost, p.queue}) == nullptr) ++fresh;
+  }
+  if (table_.size() + fresh > config_.queues_max) {
+    return OpError{507, "the ownership table would exceed limits.queues_max (" +
+                            std::to_string(config_.queues_max) + " queues; " +
+                            std::to_string(table_.size()) + " recorded)"};
+  }
+  for (size_t k = 0; k < pins.size(); ++k) {
+    QueueKey key{pins[k].vhost, pins[k].queue};
+    std::optional<Owner> before = table_.lookup(key);
+    table_.pin(key, targets[k]);
+    if (!before || before->node != targets[k] || before->source != OwnerSource::kPinned) {
+      broadcast_owner(key);
+    }
+    if (pins.size() <= 16) {
+      log_event(LogLevel::kInfo, "queue_pinned",
+                {{"vhost", key.vhost}, {"queue", key.queue}, {"node", pins[k].node}});
+    }
+  }
+  if (pins.size() > 16) {
+    log_event(LogLevel::kInfo, "queues_pinned", {{"count", std::to_string(pins.size())}});
+  }
+  counters_->pins_applied += pins.size();
+  mark_dirty();
+  return std::nullopt;
+}
+
+bool Control::unpin(std::string_view vhost, std::string_view queue) {
+  QueueKey key{std::string(vhost), std::string(queue)};
+  if (!table_.unpin(key)) return false;
+  log_event(LogLevel::kInfo, "queue_unpinned", {{"vhost", key.vhost}, {"queue", key.queue}});
+  broadcast_owner(key);
+  mark_dirty();
+  return true;
+}
+
+void Control::apply_config_pins(const std::vector<PinSpec>& old_pins,
+                                const std::vector<PinSpec>& pins) {
+  // A pin that left the config is dropped only if it still says what the config said: an
+  // operator's later change through the API wins.
+  for (const PinSpec& p : old_pins) {
+    bool kept = std::any_of(pins.begin(), pins.end(), [&](const PinSpec& q) {
+      return q.vhost == p.vhost && q.queue == p.queue;
+    });
+    if (kept) continue;
+    const OwnershipTable::Entry* e = table_.find(QueueKey{p.vhost, p.queue});
+    if (e && node_name_or_empty(e->pinned) == p.node) unpin(p.vhost, p.queue);
+  }
+  std::vector<PinRequest> reqs;
+  for (const PinSpec& p : pins) {
+    const OwnershipTable::Entry* e = table_.find(QueueKey{p.vhost, p.queue});
+    if (e && node_name_or_empty(e->pinned) == p.node) continue;
+    reqs.push_back(PinRequest{p.vhost, p.queue, p.node});
+  }
+  if (reqs.empty()) return;
+  if (std::optional<OpError> e = pin(reqs)) {
+    log_event(LogLevel::kError, "config_pins_refused", {{"error", e->message}});
+  }
+}
+
+// ---- workers ----------------------------------------------------------------------------------
+
+void Control::broadcast_owner(const QueueKey& key) {
+  Delta d;
+  d.key = key;
+  if (std::optional<Owner> o = table_.lookup(key)) {
+    d.kind = Delta::kSetOwner;
+    d.node = o->node;
+    d.source = o->source;
+  } else {
+    d.kind = Delta::kClearOwner;
+  }
+  broadcast(d);
+}
+
+void Control::broadcast_node(NodeIndex i) {
+  Delta d;
+  d.kind = Delta::kNodeState;
+  d.node = i;
+  broadcast(d);
+}
+
+void Control::broadcast(const Delta& d) {
+  for (auto& w : workers_) {
+    w->outbox.push_back(d);
+    w->outbox_high = std::max(w->outbox_high, w->outbox.size());
+  }
+  schedule_flush();
+}
+
+void Control::schedule_flush() {
+  if (flush_posted_) return;
+  flush_posted_ = true;
+  std::weak_ptr<int> alive = alive_;
+  boost::asio::post(io_, [this, alive] {
+    if (alive.expired()) return;
+    flush_posted_ = false;
+    flush();
+  });
+}
+
+void Control::flush() {
+  bool pending = false;
+  for (auto& w : workers_) {
+    while (!w->outbox.empty()) {
+      const Delta& d = w->outbox.front();
+      ControlToWorker m;
+      switch (d.kind) {
+        case Delta::kSetOwner: {
+          SetOwner s;
+          (void)s.key.assign(d.key.vhost, d.key.queue);  // checked when the key was accepted
+          s.node = d.node;
+          s.source = d.source;
+          m = s;
+          break;
+        }
+        case Delta::kClearOwner: {
+          ClearOwner c;
+          (void)c.key.assign(d.key.vhost, d.key.queue);
+          m = c;
+          break;
+        }
+        case Delta::kNodeState:
+          // The state when sent, not when decided: the newest is what the worker needs.
+          m = NodeState{d.node, nodes_[d.node]->admin, nodes_[d.node]->tracker.state()};
+          break;
+        case Delta::kNodes:
+          m = SetNodes{placements_.back().get()};
+          break;
+      }
+      if (!w->channel->to_worker.try_push(m)) break;
+      ++w->sent;
+      w->outbox.pop_front();
+    }
+    pending = pending || !w->outbox.empty();
+  }
+  if (!pending || flush_timer_armed_) return;
+  flush_timer_armed_ = true;
+  flush_timer_.expires_after(std::chrono::milliseconds(kFlushRetryMs));
+  std::weak_ptr<int> alive = alive_;
+  flush_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (ec || alive.expired()) return;
+    flush_timer_armed_ = false;
+    flush();
+  });
+}
+
+void Control::poll_workers() {
+  for (auto& w : workers_) {
+    w->channel->to_control.pop_some(
+        [this](const WorkerToControl& m) {
+          if (const auto* p = std::get_if<Placed>(&m)) {
+            on_placed(*p);
+          } else if (const auto* f = std::get_if<PassiveFailure>(&m)) {
+            on_passive_failure(f->node);
+          } else if (const auto* b = std::get_if<BarrierReached>(&m)) {
+            (void)b;  // barriers are for the spill drainer (issue 4)
+          }
+        },
+        kWorkerReportsPerTick);
+  }
+  poll_timer_.expires_after(std::chrono::milliseconds(kWorkerPollMs));
+  std::weak_ptr<int> alive = alive_;
+  poll_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (!ec && !alive.expired()) poll_workers();
+  });
+}
+
+void Control::on_placed(const Placed& m) {
+  if (m.node >= nodes_.size()) return;
+  QueueKey key{std::string(m.key.vhost()), std::string(m.key.queue())};
+  std::optional<Owner> before = table_.lookup(key);
+  if (!before && table_full_for(key)) {
+    ++counters_->placements_refused;
+    return;
+  }
+  NodeIndex node = m.node;
+  if (!before && config_.placement == PlacementPolicy::kLeastQueues) {
+    node = placements_.back()->least_queues(key.vhost, key.queue, table_.queues_per_node());
+  }
+  table_.place(key, node);
+  if (!before) {
+    ++counters_->placements;
+    log_event(LogLevel::kDebug, "queue_placed",
+              {{"vhost", key.vhost}, {"queue", key.queue}, {"node", config_.nodes[node].name}});
+    mark_dirty();
+  }
+  // Every worker learns the winner, the reporter too if control decided otherwise.
+  broadcast_owner(key);
+}
+
+// ---- feed -------------------------------------------------------------------------------------
+
+void Control::schedule_feed(uint32_t delay_ms) {
+  feed_timer_.expires_after(std::chrono::milliseconds(delay_ms));
+  std::weak_ptr<int> alive = alive_;
+  feed_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (!ec && !alive.expired()) run_feed();
+  });
+}
+
+void Control::run_feed() {
+  if (!config_.rabbitmq_feed.enabled || feed_in_flight_) return;
+  feed_in_flight_ = true;
+  counters_->feed_started = std::chrono::steady_clock::now();
+  RabbitFeedSettings s;
+  s.urls = config_.rabbitmq_feed.urls;
+  s.login = config_.rabbitmq_feed.login;
+  s.passcode = secrets_.feed_passcode;
+  s.timeout_ms = config_.rabbitmq_feed.timeout_ms;
+  std::weak_ptr<int> alive = alive_;
+  poll_rabbit_feed(io_, s, [this, alive](FeedPoll poll) {
+    if (alive.expired() || !running_) return;
+    feed_in_flight_ = false;
+    on_feed(poll);
+    if (!config_.rabbitmq_feed.enabled) return;
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now() - counters_->feed_started)
+                             .count();
+    const int64_t wait = int64_t(config_.rabbitmq_feed.interval_ms) - elapsed;
+    schedule_feed(uint32_t(std::max<int64_t>(wait, 0)));
+  });
+}
+
+void Control::on_feed(const FeedPoll& poll) {
+  Counters& c = *counters_;
+  ++c.feed_polls;
+  c.feed_latency_us = poll.latency_us;
+  if (!poll.ok) {
+    ++c.feed_failures;
+    if (poll.error != c.feed_last_error) {
+      log_event(LogLevel::kWarn, "feed_poll_failed", {{"feed", "rabbitmq"}, {"error", poll.error}});
+    }
+    c.feed_last_error = poll.error;
+    return;  // the last learned state stays
+  }
+  if (!c.feed_last_error.empty()) {
+    log_event(LogLevel::kInfo, "feed_poll_recovered", {{"feed", "rabbitmq"}, {"url", poll.url}});
+  }
+  c.feed_last_error.clear();
+  c.feed_last_success_unix_ms = unix_ms_now();
+  c.feed_skipped = poll.skipped;
+  size_t unmapped = 0, refused = 0, changed = 0;
+  std::unordered_set<QueueKey, QueueKeyHash> seen;
+  seen.reserve(poll.queues.size());
+  for (const LearnedQueue& q : poll.queues) {
+    auto it = broker_nodes_.find(q.broker_node);
+    if (it == broker_nodes_.end()) {
+      ++unmapped;
+      continue;
+    }
+    if (key_fit(q.vhost, q.queue) != KeyFit::kFits) {
+      ++refused;
+      continue;
+    }
+    QueueKey key{q.vhost, q.queue};
+    if (table_full_for(key)) {
+      ++refused;
+      continue;
+    }
+    std::optional<Owner> before = table_.lookup(key);
+    table_.learn(key, it->second);
+    std::optional<Owner> after = table_.lookup(key);
+    if (!before || before->node != after->node || before->source != after->source) {
+      ++changed;
+      broadcast_owner(key);
+    }
+    seen.insert(std::move(key));
+  }
+  std::vector<QueueKey> gone =
+      table_.forget_learned_except([&](const QueueKey& k) { return seen.count(k) != 0; });
+  for (const QueueKey& k : gone)
+    broadcast_owner(k);
+  c.feed_unmapped = unmapped;
+  c.feed_refused = refused;
+  c.feed_queues = seen.size();
+  if (changed != 0 || !gone.empty()) {
+    log_event(LogLevel::kInfo, "feed_applied",
+              {{"feed", "rabbitmq"},
+               {"url", poll.url},
+               {"queues", std::to_string(seen.size())},
+               {"changed", std::to_string(changed)},
+               {"forgotten", std::to_string(gone.size())},
+               {"unmapped", std::to_string(unmapped)}});
+  }
+}
+
+// ---- state file -------------------------------------------------------------------------------
+
+void Control::mark_dirty() {
+  dirty_ = true;
+  if (save_armed_ || !running_) return;
+  save_armed_ = true;
+  // Changes come in bursts (a batch of pins, a feed poll): one write covers a burst.
+  save_timer_.expires_after(std::chrono::milliseconds(kSaveDelayMs));
+  std::weak_ptr<int> alive = alive_;
+  save_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (ec || alive.expired()) return;
+    save_armed_ = false;
+    save_soon();
+  });
+}
+
+void Control::save_soon() {
+  if (!dirty_) return;
+  dirty_ = false;
+  writer_->submit(render_ownership(table_, config_.nodes));
+}
+
+// On the writer's thread: counts, and on failure marks the table dirty again on the control
+// thread, where a retry is scheduled.
+void Control::on_saved(std::weak_ptr<int> alive, const std::optional<StateFileError>& e) {
+  if (alive.expired()) return;
+  boost::asio::post(io_, [this, alive, e] {
+    if (alive.expired()) return;
+    if (!e) {
+      ++counters_->saves;
+      return;
+    }
+    ++counters_->save_failures;
+    log_event(LogLevel::kError, "state_save_failed", {{"file", e->file}, {"error", e->message}});
+    dirty_ = true;
+    if (save_armed_ || !running_) return;
+    save_armed_ = true;
+    save_timer_.expires_after(std::chrono::milliseconds(kSaveRetryMs));
+    save_timer_.async_wait([this, alive](boost::system::error_code ec) {
+      if (ec || alive.expired()) return;
+      save_armed_ = false;
+      save_soon();
+    });
+  });
+}
+
+// At stop: the writer finishes what it has, then the final state is written here, synchronously.
+void Control::save_now() {
+  writer_->wait_idle();
+  if (std::optional<StateFileError> e =
+          write_state_file(render_ownership(table_, config_.nodes), state_path())) {
+    ++counters_->save_failures;
+    log_event(LogLevel::kError, "state_save_failed", {{"file", e->file}, {"error", e->message}});
+    return;
+  }
+  ++counters_->saves;
+  dirty_ = false;
+}
+
+Control::Summary Control::summary() const {
+  Summary s;
+  s.nodes = nodes_.size();
+  for (const auto& n : nodes_)
+    s.nodes_up += n->tracker.state() == HealthState::kUp ? 1 : 0;
+  s.workers = workers_.size();
+  s.queues = table_.size();
+  s.pinned = table_.count(OwnerSource::kPinned);
+  s.learned = table_.count(OwnerSource::kLearned);
+  s.placed = table_.count(OwnerSource::kPlaced);
+  s.feed_enabled = config_.rabbitmq_feed.enabled;
+  s.feed_polls = counters_->feed_polls;
+  s.feed_failures = counters_->feed_failures;
+  s.feed_last_error = counters_->feed_last_error;
+  s.feed_last_success_unix_ms = counters_->feed_last_success_unix_ms;
+  s.started_unix_ms = counters_->started_unix_ms;
+  s.placements = counters_->placements;
+  return s;
+}
+
+}  // namespace sluice::control

@@ -1,0 +1,225 @@
+// Tests of the admin API's routes, called directly (the transport has tests of its own): JSON
+// shapes, statuses and the error line of every refusal.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "control/admin_api.h"
+#include "control/log.h"
+
+namespace sluice::control {
+namespace {
+
+using nlohmann::json;
+
+class AdminApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/sluice-admin-api-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    set_log_sink(&log_);
+    GatewayConfig c;
+    c.state_dir = dir_;
+    c.nodes = {NodeSpec{"n0", "127.0.0.1", 1, 100}, NodeSpec{"n1", "127.0.0.1", 2, 50}};
+    c.broker_node_names = {"rabbit@n0", ""};
+    c.pins = {PinSpec{"/", "configured", "n1"}};
+    control_ = std::make_unique<Control>(io_, c, Secrets{});
+    ASSERT_EQ(control_->load_state(), std::nullopt);
+    api_ = std::make_unique<AdminApi>(*control_, [this]() -> std::optional<std::string> {
+      ++reloads_;
+      return reload_error_;
+    });
+  }
+  void TearDown() override {
+    api_.reset();
+    control_.reset();
+    set_log_sink(nullptr);
+    std::filesystem::remove_all(dir_);
+  }
+
+  AdminResponse call(std::string method, std::string path, std::string body = {},
+                     std::map<std::string, std::string> query = {}) {
+    return api_->handle(
+        AdminRequest{std::move(method), std::move(path), std::move(query), std::move(body)});
+  }
+  static json body(const AdminResponse& r) { return json::parse(r.body); }
+  static std::string error_of(const AdminResponse& r) {
+    return body(r).at("error").get<std::string>();
+  }
+
+  std::string dir_;
+  std::string log_;
+  boost::asio::io_context io_;
+  std::unique_ptr<Control> control_;
+  std::unique_ptr<AdminApi> api_;
+  int reloads_ = 0;
+  std::optional<std::string> reload_error_;
+};
+
+TEST_F(AdminApiTest, StatusSummarisesTheGateway) {
+  AdminResponse r = call("GET", "/v1/status");
+  ASSERT_EQ(r.status, 200u);
+  EXPECT_EQ(r.content_type, "application/json");
+  json j = body(r);
+  EXPECT_EQ(j["version"], SLUICE_VERSION);
+  EXPECT_EQ(j["nodes"], 2);
+  EXPECT_EQ(j["queues"], 1);
+  EXPECT_EQ(j["pinned"], 1);
+  EXPECT_EQ(j["placement_policy"], "rendezvous");
+  EXPECT_EQ(j["feed"]["enabled"], false);
+  EXPECT_EQ(call("POST", "/v1/status").status, 405u);
+}
+
+TEST_F(AdminApiTest, NodesListAndOneNode) {
+  json j = body(call("GET", "/v1/nodes"));
+  ASSERT_EQ(j["nodes"].size(), 2u);
+  EXPECT_EQ(j["nodes"][0]["name"], "n0");
+  EXPECT_EQ(j["nodes"][0]["address"], "127.0.0.1:1");
+  EXPECT_EQ(j["nodes"][0]["broker_node"], "rabbit@n0");
+  EXPECT_EQ(j["nodes"][1]["weight"], 50);
+  EXPECT_EQ(j["nodes"][1]["queues"], 1);
+  EXPECT_EQ(j["nodes"][1]["admin"], "up");
+  json one = body(call("GET", "/v1/nodes/n1"));
+  EXPECT_EQ(one["name"], "n1");
+  AdminResponse missing = call("GET", "/v1/nodes/n7");
+  EXPECT_EQ(missing.status, 404u);
+  EXPECT_EQ(error_of(missing), "no node named \"n7\"");
+}
+
+TEST_F(AdminApiTest, NodeAdminStateChanges) {
+  AdminResponse r = call("PUT", "/v1/nodes/n0/admin", R"({"state": "maintenance"})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(body(r)["admin"], "maintenance");
+  EXPECT_EQ(control_->node("n0")->admin, AdminState::kMaintenance);
+  r = call("PUT", "/v1/nodes/n0/admin", R"({"state": "asleep"})");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_NE(error_of(r).find("\"up\", \"drain\" or \"maintenance\""), std::string::npos);
+  r = call("PUT", "/v1/nodes/n0/admin", R"({"mode": "up"})");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_NE(error_of(r).find("missing \"state\""), std::string::npos);
+  r = call("PUT", "/v1/nodes/n0/admin", "{not json");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(error_of(r), "the request body is not valid JSON");
+  r = call("PUT", "/v1/nodes/zz/admin", R"({"state": "up"})");
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_EQ(call("POST", "/v1/nodes/n0/admin", R"({"state": "up"})").status, 405u);
+  EXPECT_EQ(call("GET", "/v1/nodes/n0/other").status, 404u);
+}
+
+TEST_F(AdminApiTest, PinShowAndUnpinOneQueue) {
+  AdminResponse r = call("POST", "/v1/pins", R"({"vhost": "/", "queue": "orders", "node": "n0"})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(body(r)["node"], "n0");
+  EXPECT_EQ(body(r)["source"], "pinned");
+  json q = body(call("GET", "/v1/queue", {}, {{"vhost", "/"}, {"queue", "orders"}}));
+  EXPECT_EQ(q["pinned"], "n0");
+  EXPECT_EQ(q["learned"], nullptr);
+  r = call("DELETE", "/v1/pins", {}, {{"vhost", "/"}, {"queue", "orders"}});
+  EXPECT_EQ(r.status, 200u);
+  r = call("DELETE", "/v1/pins", {}, {{"vhost", "/"}, {"queue", "orders"}});
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_EQ(error_of(r), "queue \"orders\" in vhost \"/\" is not pinned");
+  r = call("GET", "/v1/queue", {}, {{"vhost", "/"}, {"queue", "orders"}});
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_NE(error_of(r).find("has no owner yet"), std::string::npos);
+  EXPECT_EQ(call("GET", "/v1/queue", {}, {{"vhost", "/"}}).status, 400u);
+}
+
+TEST_F(AdminApiTest, PinBatchAndItsErrors) {
+  json batch = {{"pins", json::array()}};
+  for (int i = 0; i < 100; ++i) {
+    batch["pins"].push_back({{"vhost", "/"}, {"queue", "q" + std::to_string(i)}, {"node", "n1"}});
+  }
+  AdminResponse r = call("POST", "/v1/pins", batch.dump());
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(body(r)["pinned"], 100);
+  EXPECT_EQ(control_->summary().pinned, 101u);
+  r = call("POST", "/v1/pins", R"({"pins": [{"vhost": "/", "queue": "x"}]})");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(error_of(r), "pins[0]: missing \"node\"");
+  r = call("POST", "/v1/pins", R"({"pins": [{"vhost": "/", "queue": 7, "node": "n0"}]})");
+  EXPECT_EQ(error_of(r), "pins[0]: \"queue\" must be a string");
+  r = call("POST", "/v1/pins", R"({"vhost": "/", "queue": "x", "node": "n9"})");
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_NE(error_of(r).find("no node named \"n9\"; nodes are: n0, n1"), std::string::npos);
+  r = call("POST", "/v1/pins", R"([1, 2])");
+  EXPECT_EQ(error_of(r), "the request body must be a JSON object");
+  EXPECT_EQ(call("GET", "/v1/pins").status, 405u);
+}
+
+TEST_F(AdminApiTest, QueuesFilterAndLimit) {
+  ASSERT_EQ(call("POST", "/v1/pins", R"({"vhost": "v2", "queue": "a", "node": "n0"})").status,
+            200u);
+  FeedPoll poll;
+  poll.ok = true;
+  poll.queues = {LearnedQueue{"/", "learned-one", "rabbit@n0"}};
+  control_->on_feed(poll);
+  json all = body(call("GET", "/v1/queues"));
+  EXPECT_EQ(all["total"], 3);
+  EXPECT_EQ(all["truncated"], false);
+  json v2 = body(call("GET", "/v1/queues", {}, {{"vhost", "v2"}}));
+  ASSERT_EQ(v2["queues"].size(), 1u);
+  EXPECT_EQ(v2["queues"][0]["queue"], "a");
+  json learned = body(call("GET", "/v1/queues", {}, {{"source", "learned"}}));
+  ASSERT_EQ(learned["queues"].size(), 1u);
+  EXPECT_EQ(learned["queues"][0]["node"], "n0");
+  json limited = body(call("GET", "/v1/queues", {}, {{"limit", "1"}}));
+  EXPECT_EQ(limited["queues"].size(), 1u);
+  EXPECT_EQ(limited["total"], 3);
+  EXPECT_EQ(limited["truncated"], true);
+  EXPECT_EQ(call("GET", "/v1/queues", {}, {{"source", "guessed"}}).status, 400u);
+  EXPECT_EQ(call("GET", "/v1/queues", {}, {{"limit", "0"}}).status, 400u);
+  EXPECT_EQ(call("GET", "/v1/queues", {}, {{"limit", "ten"}}).status, 400u);
+}
+
+TEST_F(AdminApiTest, SettingsGetAndSet) {
+  json all = body(call("GET", "/v1/settings"));
+  EXPECT_EQ(all["settings"]["log_level"], "info");
+  EXPECT_EQ(all["settings"]["health.rise"], "2");
+  AdminResponse r = call("PUT", "/v1/settings/health.rise", R"({"value": 4})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(body(r)["value"], "4");
+  EXPECT_EQ(body(call("GET", "/v1/settings/health.rise"))["value"], "4");
+  r = call("PUT", "/v1/settings/health.rise", R"({"value": "0"})");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(error_of(r), "health.rise: must be between 1 and 100");
+  r = call("PUT", "/v1/settings/health.rise", R"({"value": -1})");
+  EXPECT_EQ(r.status, 400u);
+  r = call("PUT", "/v1/settings/colour", R"({"value": "red"})");
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_EQ(call("GET", "/v1/settings/colour").status, 404u);
+  EXPECT_EQ(call("PUT", "/v1/settings/log_level", "{}").status, 400u);
+  set_log_level(LogLevel::kInfo);
+}
+
+TEST_F(AdminApiTest, MetricsAndReloadAndUnknownPaths) {
+  AdminResponse m = call("GET", "/metrics");
+  EXPECT_EQ(m.status, 200u);
+  EXPECT_EQ(m.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(m.body.find("sluice_ownership_entries{source=\"pinned\"} 1\n"), std::string::npos);
+  EXPECT_EQ(call("POST", "/v1/reload").status, 200u);
+  EXPECT_EQ(reloads_, 1);
+  reload_error_ = "t.toml:3: nodes[0].weight: must be between 1 and 10000";
+  AdminResponse r = call("POST", "/v1/reload");
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_EQ(error_of(r), *reload_error_);
+  r = call("GET", "/v2/everything");
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_NE(error_of(r).find("no endpoint /v2/everything"), std::string::npos);
+}
+
+TEST_F(AdminApiTest, NamesThatAreNotUtf8AreAnsweredNotThrown) {
+  FeedPoll poll;
+  poll.ok = true;
+  poll.queues = {LearnedQueue{"/", std::string("bad\xff\xfe"), "rabbit@n0"}};
+  control_->on_feed(poll);
+  AdminResponse r = call("GET", "/v1/queues", {}, {{"source", "learned"}});
+  EXPECT_EQ(r.status, 200u);
+  EXPECT_EQ(body(r)["queues"].size(), 1u);
+}
+
+}  // namespace
+}  // namespace sluice::control

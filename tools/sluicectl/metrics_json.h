@@ -1,0 +1,20 @@
+// `sluicectl metrics --json`: Prometheus' text exposition (format 0.0.4) turned into one JSON
+// object, so scripts need no Prometheus parser.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice::sluicectl {
+
+// One member per sample, in exposition order: the key is the sample's name and labels exactly
+// as exposed ("sluice_node_up{node=\"rabbit1\"}", "sluice_ownership_queues"), the value a JSON
+// number (an integer when the value is whole), or the string "NaN", "+Inf" or "-Inf".
+// Comments (# HELP, # TYPE) and timestamps are left out. A line that is not a sample is an
+// error naming its line number.
+std::variant<nlohmann::ordered_json, std::string> metrics_to_json(std::string_view text);
+
+}  // namespace sluice::sluicectl
