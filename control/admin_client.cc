@@ -13,13 +13,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-// GCC 12 with sanitizers sees a false maybe-uninitialized in Beast's parser (its boost::optional
-// content length), in Boost's code, not ours; -Werror would stop the ASan build.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <boost/beast/http.hpp>
-#pragma GCC diagnostic pop
+
+#include "control/beast.h"
 
 namespace sluice::control {
 

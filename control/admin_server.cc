@@ -23,15 +23,10 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
-// GCC 12 with sanitizers sees a false maybe-uninitialized in Beast's parser (its boost::optional
-// content length), in Boost's code, not ours; -Werror would stop the ASan build.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <boost/beast/http.hpp>
-#pragma GCC diagnostic pop
 #include <nlohmann/json.hpp>
+
+#include "control/beast.h"
 
 namespace sluice::control {
 namespace {

@@ -12,15 +12,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-// GCC 12 with sanitizers reports a false maybe-uninitialized inside Beast's parser (a
-// boost::optional it fills before reading); the diagnostic is pinned to these headers only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <boost/beast/core/detail/base64.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
-#pragma GCC diagnostic pop
 #include <nlohmann/json.hpp>
+
+#include "control/beast.h"
 
 namespace sluice::control {
 namespace {
