@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 
 #include "control/control.h"
 #include "control/log.h"
@@ -433,6 +434,38 @@ TEST_F(ControlTest, PinsAndPlacementsSurviveARestart) {
   ASSERT_EQ(again.load_state(), std::nullopt);
   EXPECT_EQ(again.queue("/", "pinned").pinned, "n1");
   EXPECT_EQ(again.queue("/", "placed").placed, "n0");
+}
+
+TEST_F(ControlTest, StateFileIsWrittenSoonAfterAChangeWhileRunning) {
+  Control& c = make();
+  ASSERT_EQ(c.load_state(), std::nullopt);
+  c.start();
+  PinRequest p{"/", "kept", "n1"};
+  ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
+  auto file_has_pin = [&] {
+    std::ifstream in(dir_ + "/ownership");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.find("pinned / kept n1") != std::string::npos;
+  };
+  ASSERT_TRUE(run_until(file_has_pin)) << "written by the writer thread, not only at stop";
+  ASSERT_TRUE(run_until([&] {
+    return c.metrics_text().find("sluice_state_saves_total{result=\"ok\"} 1") != std::string::npos;
+  }));
+}
+
+TEST_F(ControlTest, AFailedStateWriteIsLoggedCountedAndKeepsTheTable) {
+  Control& c = make();
+  ASSERT_EQ(c.load_state(), std::nullopt);
+  c.start();
+  // The directory disappears under the running daemon: the write fails, the table stays.
+  std::filesystem::remove_all(dir_);
+  PinRequest p{"/", "q", "n0"};
+  ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
+  ASSERT_TRUE(run_until([&] { return log_.find("event=state_save_failed") != std::string::npos; }));
+  EXPECT_NE(c.metrics_text().find("sluice_state_saves_total{result=\"failed\"} 1"),
+            std::string::npos);
+  EXPECT_EQ(c.queue("/", "q").pinned, "n0");
+  std::filesystem::create_directories(dir_);
 }
 
 TEST_F(ControlTest, ADamagedStateFileStopsTheStartAndNamesTheFile) {
