@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include "control/peer_text.h"
 #include "dataplane/session/builder.h"
 #include "dataplane/session/parser.h"
 #include "dataplane/session/stomp.h"
@@ -33,19 +34,6 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kQuotedBytesMax = 200;
 // The first word of a reply that is not STOMP, quoted in the error.
 constexpr size_t kTokenBytesMax = 32;
-
-// Broker text made fit for one log line: control octets become '?', long text is cut.
-std::string printable(std::string_view s, size_t max) {
-  std::string out;
-  const size_t n = std::min(s.size(), max);
-  out.reserve(n + 3);
-  for (size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    out.push_back(c < 0x20 || c == 0x7f ? '?' : char(c));
-  }
-  if (s.size() > max) out += "...";
-  return out;
-}
 
 // The ERROR frame's message header, decoded when it holds escapes: brokers answer in the highest
 // version offered, and 1.2's escapes are a superset of 1.1's.

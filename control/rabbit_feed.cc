@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/beast.h"
+#include "control/peer_text.h"
 
 namespace sluice::control {
 namespace {
@@ -32,17 +33,8 @@ constexpr uint32_t kHeaderBytesMax = 64u << 10;
 // Text that came from the peer is cut to this many bytes in an error line.
 constexpr size_t kQuotedBytesMax = 200;
 
-// Peer text made fit for one log line: control octets become '?', long text is cut.
 std::string printable(std::string_view s) {
-  std::string out;
-  const size_t n = std::min(s.size(), kQuotedBytesMax);
-  out.reserve(n + 3);
-  for (size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    out.push_back(c < 0x20 || c == 0x7f ? '?' : char(c));
-  }
-  if (s.size() > kQuotedBytesMax) out += "...";
-  return out;
+  return control::printable(s, kQuotedBytesMax);
 }
 
 struct FeedUrl {

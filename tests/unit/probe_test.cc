@@ -12,6 +12,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 
+#include "tests/unit/run_until.h"
+
 namespace sluice::control {
 namespace {
 
@@ -20,16 +22,7 @@ using asio::ip::tcp;
 using boost::system::error_code;
 using namespace std::chrono_literals;
 
-// Runs io until `cond` holds or a generous deadline passes; returns cond().
-template <class Cond>
-bool run_until(asio::io_context& io, Cond cond) {
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!cond() && std::chrono::steady_clock::now() < deadline) {
-    io.run_one_for(50ms);
-    if (io.stopped()) io.restart();
-  }
-  return cond();
-}
+using test_support::run_until;
 
 // A one-connection STOMP peer: accepts, reads the client's first frame (up to its NUL), then
 // answers, hangs up or stays silent; keeps reading afterwards to record what else arrives.

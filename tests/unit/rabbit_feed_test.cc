@@ -13,6 +13,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "control/beast.h"
+#include "tests/unit/run_until.h"
 
 namespace sluice::control {
 namespace {
@@ -181,16 +182,7 @@ TEST(RabbitFeedUrlTest, RefusesQueryFragmentSpacesAndUnbracketedIpv6) {
   EXPECT_TRUE(check_feed_url("http://[::1"));
 }
 
-// Runs io until `cond` holds or a generous deadline passes; returns cond().
-template <class Cond>
-bool run_until(asio::io_context& io, Cond cond) {
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!cond() && std::chrono::steady_clock::now() < deadline) {
-    io.run_one_for(50ms);
-    if (io.stopped()) io.restart();
-  }
-  return cond();
-}
+using test_support::run_until;
 
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
