@@ -222,8 +222,12 @@ int main(int argc, char** argv) {
       "%zu single pin requests, first request to every replica: median %.1f ms; last "
       "answer to every replica: median %.2f ms\n",
       kPins, median(single_ms), median(single_after_ms));
-  std::printf("target: batch visible in every replica within %.0f ms: %s (median %.1f ms)\n",
-              kTargetMs, batch_median <= kTargetMs ? "met" : "NOT met", batch_median);
+  // Met only when every round was within the target, not just the median.
+  const double batch_max = *std::max_element(batch_ms.begin(), batch_ms.end());
+  std::printf(
+      "target: batch visible in every replica within %.0f ms in every round: %s (median %.1f "
+      "ms, max %.1f ms)\n",
+      kTargetMs, batch_max <= kTargetMs ? "met" : "NOT met", batch_median, batch_max);
   if (missing != 0) {
     std::fprintf(stderr, "propagation_bench: %zu pins missing from a replica\n", missing);
     return 1;

@@ -82,10 +82,13 @@ Control::Control(boost::asio::io_context& io, GatewayConfig config, Secrets secr
     }
   }
   counters_->started_unix_ms = unix_ms_now();
+  table_.reserve(config_.queues_max);
+  table_.track_persisted_changes();
   // The writer thread must not read alive_ (stop() resets it): it gets its own weak_ptr.
   std::weak_ptr<int> alive = alive_;
   writer_ = std::make_unique<StateWriter>(
-      state_path(), [this, alive](const std::optional<StateFileError>& e) { on_saved(alive, e); });
+      state_path(), config_.nodes.size(),
+      [this, alive](const std::optional<StateFileError>& e) { on_saved(alive, e); });
   set_log_level(config_.log_level);
 }
 
@@ -211,20 +214,21 @@ bool Control::table_full_for(const QueueKey& key) const {
 }
 
 std::optional<OpError> Control::pin(std::span<const PinRequest> pins) {
+  // Everything is checked before anything changes: a batch is applied all or nothing.
   std::vector<NodeIndex> targets;
   targets.reserve(pins.size());
   size_t fresh = 0;
   for (size_t k = 0; k < pins.size(); ++k) {
     const PinRequest& p = pins[k];
-    const std::string where = pins.size() > 1 ? "pins[" + std::to_string(k) + "]: " : "";
-    if (p.vhost.empty()) return OpError{400, where + "vhost must not be empty"};
-    if (p.queue.empty()) return OpError{400, where + "queue must not be empty"};
+    auto where = [&] { return pins.size() > 1 ? "pins[" + std::to_string(k) + "]: " : ""; };
+    if (p.vhost.empty()) return OpError{400, where() + "vhost must not be empty"};
+    if (p.queue.empty()) return OpError{400, where() + "queue must not be empty"};
     if (KeyFit f = key_fit(p.vhost, p.queue); f != KeyFit::kFits) {
-      return OpError{400, where + std::string(key_fit_name(f))};
+      return OpError{400, where() + std::string(key_fit_name(f))};
     }
     std::optional<NodeIndex> i = node_index(p.node);
     if (!i) {
-      return OpError{404, where + "no node named \"" + p.node + "\"; nodes are: " + node_names()};
+      return OpError{404, where() + "no node named \"" + p.node + "\"; nodes are: " + node_names()};
     }
     targets.push_back(*i);
     if (table_.find(QueueKey{p.vhost, p.queue}) == nullptr) ++fresh;
@@ -236,14 +240,14 @@ std::optional<OpError> Control::pin(std::span<const PinRequest> pins) {
   }
   for (size_t k = 0; k < pins.size(); ++k) {
     QueueKey key{pins[k].vhost, pins[k].queue};
-    std::optional<Owner> before = table_.lookup(key);
-    table_.pin(key, targets[k]);
-    if (!before || before->node != targets[k] || before->source != OwnerSource::kPinned) {
-      broadcast_owner(key);
+    const Owner now{targets[k], OwnerSource::kPinned};
+    std::optional<Owner> before = table_.pin(key, now.node);
+    if (!before || before->node != now.node || before->source != now.source) {
+      broadcast_owner(std::move(key), now);
     }
     if (pins.size() <= 16) {
       log_event(LogLevel::kInfo, "queue_pinned",
-                {{"vhost", key.vhost}, {"queue", key.queue}, {"node", pins[k].node}});
+                {{"vhost", pins[k].vhost}, {"queue", pins[k].queue}, {"node", pins[k].node}});
     }
   }
   if (pins.size() > 16) {
@@ -290,12 +294,16 @@ void Control::apply_config_pins(const std::vector<PinSpec>& old_pins,
 // ---- workers ----------------------------------------------------------------------------------
 
 void Control::broadcast_owner(const QueueKey& key) {
+  broadcast_owner(key, table_.lookup(key));
+}
+
+void Control::broadcast_owner(QueueKey key, std::optional<Owner> owner) {
   Delta d;
-  d.key = key;
-  if (std::optional<Owner> o = table_.lookup(key)) {
+  d.key = std::move(key);
+  if (owner) {
     d.kind = Delta::kSetOwner;
-    d.node = o->node;
-    d.source = o->source;
+    d.node = owner->node;
+    d.source = owner->source;
   } else {
     d.kind = Delta::kClearOwner;
   }
@@ -437,7 +445,16 @@ void Control::mark_dirty() {
 void Control::save_soon() {
   if (!dirty_) return;
   dirty_ = false;
-  writer_->submit(render_ownership(table_, config_.nodes));
+  // What changed since the last save, with its values now; the writer renders from its copy.
+  std::vector<QueueKey> keys = table_.take_persisted_changes();
+  std::vector<PersistedChange> changes;
+  changes.reserve(keys.size());
+  for (QueueKey& key : keys) {
+    const OwnershipTable::Entry* e = table_.find(key);
+    changes.push_back(
+        PersistedChange{std::move(key), e ? e->placed : kNoNode, e ? e->pinned : kNoNode});
+  }
+  writer_->submit(std::move(changes), config_.nodes);
 }
 
 // On the writer's thread: counts, and on failure marks the table dirty again on the control
@@ -467,6 +484,8 @@ void Control::on_saved(std::weak_ptr<int> alive, const std::optional<StateFileEr
 // At stop: the writer finishes what it has, then the final state is written here, synchronously.
 void Control::save_now() {
   writer_->wait_idle();
+  // Written from the table itself: the writer's copy is not needed any more.
+  table_.take_persisted_changes();
   if (std::optional<StateFileError> e =
           write_state_file(render_ownership(table_, config_.nodes), state_path())) {
     ++counters_->save_failures;

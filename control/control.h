@@ -172,6 +172,7 @@ class Control {
 
   // Workers: deltas wait in per-worker outboxes until their ring has room.
   void broadcast_owner(const QueueKey& key);
+  void broadcast_owner(QueueKey key, std::optional<Owner> owner);
   void broadcast_node(NodeIndex i);
   void broadcast(const Delta& d);
   void schedule_flush();

@@ -58,10 +58,15 @@ void OwnershipTable::account(const Entry& e, int sign) {
   if (std::optional<Owner> w = winner(e)) per_node_[w->node] += uint32_t(int32_t(sign));
 }
 
-void OwnershipTable::update(const QueueKey& key, const std::function<void(Entry&)>& change) {
+template <typename Change>
+void OwnershipTable::update(const QueueKey& key, Change&& change) {
   auto [it, inserted] = entries_.try_emplace(key);
   if (!inserted) account(it->second, -1);
+  const Entry before = it->second;
   change(it->second);
+  if (tracking_ && (before.placed != it->second.placed || before.pinned != it->second.pinned)) {
+    changed_.push_back(key);
+  }
   if (it->second.empty()) {
     entries_.erase(it);
   } else {
@@ -95,9 +100,23 @@ std::vector<QueueKey> OwnershipTable::forget_learned_except(
   return gone;
 }
 
-void OwnershipTable::pin(const QueueKey& key, NodeIndex node) {
+std::optional<Owner> OwnershipTable::pin(const QueueKey& key, NodeIndex node) {
   SLUICE_ASSERT(node < per_node_.size());
-  update(key, [&](Entry& e) { e.pinned = node; });
+  std::optional<Owner> before;
+  update(key, [&](Entry& e) {
+    before = winner(e);
+    e.pinned = node;
+  });
+  return before;
+}
+
+void OwnershipTable::set_persisted(const QueueKey& key, NodeIndex placed, NodeIndex pinned) {
+  SLUICE_ASSERT((placed == kNoNode || placed < per_node_.size()) &&
+                (pinned == kNoNode || pinned < per_node_.size()));
+  update(key, [&](Entry& e) {
+    e.placed = placed;
+    e.pinned = pinned;
+  });
 }
 
 bool OwnershipTable::unpin(const QueueKey& key) {
@@ -105,11 +124,6 @@ bool OwnershipTable::unpin(const QueueKey& key) {
   if (!e || e->pinned == kNoNode) return false;
   update(key, [](Entry& x) { x.pinned = kNoNode; });
   return true;
-}
-
-void OwnershipTable::for_each(const std::function<void(const QueueKey&, const Entry&)>& fn) const {
-  for (const auto& [key, e] : entries_)
-    fn(key, e);
 }
 
 // ---- state file ----------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -48,22 +49,44 @@ class OwnershipTable {
   // Drops learned entries whose keys are not in `keep` (a feed poll's full answer); returns the
   // keys dropped, whose owner may have changed.
   std::vector<QueueKey> forget_learned_except(const std::function<bool(const QueueKey&)>& keep);
-  void pin(const QueueKey& key, NodeIndex node);
+  // Returns the winning owner before the pin (the pin itself always wins).
+  std::optional<Owner> pin(const QueueKey& key, NodeIndex node);
   bool unpin(const QueueKey& key);
+
+  // Sizes the table for `queues` entries, so that growing to that size never rehashes it all in
+  // the middle of a batch.
+  void reserve(size_t queues) { entries_.reserve(queues); }
+
+  // The state file is rendered off the control thread from a copy of the persisted sources
+  // (placed and pinned): once tracking is on, the table remembers which keys changed them, and
+  // the copy is brought up to date with set_persisted() for each.
+  void track_persisted_changes() { tracking_ = true; }
+  // Keys whose placed or pinned node changed since the last call, in order (a key may repeat).
+  std::vector<QueueKey> take_persisted_changes() { return std::exchange(changed_, {}); }
+  // Sets a key's placed and pinned nodes (kNoNode for none) as another table holds them.
+  void set_persisted(const QueueKey& key, NodeIndex placed, NodeIndex pinned);
 
   size_t size() const { return entries_.size(); }
   size_t count(OwnerSource s) const { return counts_[size_t(s)]; }
   // Queues whose winning owner is the node (least-queues placement counts these).
   std::span<const uint32_t> queues_per_node() const { return per_node_; }
-  void for_each(const std::function<void(const QueueKey&, const Entry&)>& fn) const;
+  // fn(const QueueKey&, const Entry&) for every entry, in no particular order.
+  template <typename F>
+  void for_each(F&& fn) const {
+    for (const auto& [key, e] : entries_)
+      fn(key, e);
+  }
 
  private:
   static std::optional<Owner> winner(const Entry& e);
   // Keeps counts_ and per_node_ right around a change of one entry.
   void account(const Entry& e, int sign);
-  void update(const QueueKey& key, const std::function<void(Entry&)>& change);
+  template <typename Change>
+  void update(const QueueKey& key, Change&& change);
 
   std::unordered_map<QueueKey, Entry, QueueKeyHash> entries_;
+  bool tracking_ = false;
+  std::vector<QueueKey> changed_;
   uint64_t counts_[3] = {0, 0, 0};
   std::vector<uint32_t> per_node_;
 };

@@ -1,10 +1,13 @@
-// The state file's writer thread.
+// The state file's writer thread and its copy of the persisted ownership entries.
 #include "control/state_writer.h"
 
 namespace sluice::control {
 
-StateWriter::StateWriter(std::string path, Done done)
-    : path_(std::move(path)), done_(std::move(done)), thread_([this] { run(); }) {}
+StateWriter::StateWriter(std::string path, size_t node_count, Done done)
+    : path_(std::move(path)),
+      done_(std::move(done)),
+      copy_(node_count),
+      thread_([this] { run(); }) {}
 
 StateWriter::~StateWriter() {
   {
@@ -15,29 +18,42 @@ StateWriter::~StateWriter() {
   thread_.join();
 }
 
-void StateWriter::submit(std::string text) {
+void StateWriter::submit(std::vector<PersistedChange> changes, std::vector<NodeSpec> nodes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending_ = std::move(text);
+    if (pending_.empty()) {
+      pending_ = std::move(changes);
+    } else {
+      pending_.insert(pending_.end(), std::make_move_iterator(changes.begin()),
+                      std::make_move_iterator(changes.end()));
+    }
+    pending_nodes_ = std::move(nodes);
+    requested_ = true;
   }
   cv_.notify_all();
 }
 
 void StateWriter::wait_idle() {
   std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [this] { return !pending_ && !busy_; });
+  cv_.wait(lock, [this] { return !requested_ && !busy_; });
 }
 
 void StateWriter::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [this] { return pending_ || stop_; });
-    if (!pending_) return;  // stopping with nothing left to write
-    std::string text = std::move(*pending_);
-    pending_.reset();
+    cv_.wait(lock, [this] { return requested_ || stop_; });
+    if (!requested_) return;  // stopping with nothing left to write
+    std::vector<PersistedChange> changes = std::move(pending_);
+    pending_.clear();
+    nodes_ = std::move(pending_nodes_);
+    pending_nodes_.clear();
+    requested_ = false;
     busy_ = true;
     lock.unlock();
-    std::optional<StateFileError> e = write_state_file(text, path_);
+    copy_.add_nodes(nodes_.size());
+    for (const PersistedChange& c : changes)
+      copy_.set_persisted(c.key, c.placed, c.pinned);
+    std::optional<StateFileError> e = write_state_file(render_ownership(copy_, nodes_), path_);
     if (done_) done_(e);
     lock.lock();
     busy_ = false;
