@@ -91,6 +91,18 @@ FrameWriter& FrameWriter::header_raw(std::string_view name, std::string_view raw
   return *this;
 }
 
+FrameWriter& FrameWriter::line_raw(std::string_view raw_line) {
+  const size_t colon = raw_line.find(':');
+  if (colon == 0 || colon == std::string_view::npos ||
+      raw_line.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos ||
+      (escaped_ && !header_escapes_valid(raw_line, version_))) {
+    ok_ = false;
+  }
+  put(raw_line);
+  put("\n");
+  return *this;
+}
+
 FrameWriter& FrameWriter::header(std::string_view name, uint64_t value) {
   char digits[20];
   auto r = std::to_chars(digits, digits + sizeof digits, value);

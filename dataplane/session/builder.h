@@ -22,6 +22,10 @@ class FrameWriter {
   // A value already encoded for this frame's escaping (echoing a header of a frame in the same
   // version, e.g. receipt -> receipt-id). CR, LF or NUL in it fail the frame.
   FrameWriter& header_raw(std::string_view name, std::string_view raw_value);
+  // A whole header line already encoded for this frame's version, without its LF: a non-empty
+  // name, ':', the value. A line that is not one, or holds an escape the version does not
+  // define, fails the frame.
+  FrameWriter& line_raw(std::string_view raw_line);
   // Ends the headers (adding content-length when the body is not empty), writes the body and the
   // NUL. Returns the frame's bytes inside `out`; nothing for a body on a frame that may not have
   // one (only SEND, MESSAGE and ERROR may).

@@ -42,28 +42,43 @@ HeadBlock head_block_sse2(const char* p) {
   const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
   const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
   const __m128i v3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 48));
-  auto is_term = [](__m128i v) {
-    return _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')),
-                        _mm_cmpeq_epi8(v, _mm_setzero_si128()));
-  };
+  auto is_nul = [](__m128i v) { return _mm_cmpeq_epi8(v, _mm_setzero_si128()); };
   auto is_colon = [](__m128i v) { return _mm_cmpeq_epi8(v, _mm_set1_epi8(':')); };
   auto is_odd = [&](__m128i v) {
     return _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, bs));
   };
-  return HeadBlock{movemask64(is_term(v0), is_term(v1), is_term(v2), is_term(v3)),
+  auto is_lf = [](__m128i v) { return _mm_cmpeq_epi8(v, _mm_set1_epi8('\n')); };
+  const uint64_t nul = movemask64(is_nul(v0), is_nul(v1), is_nul(v2), is_nul(v3));
+  return HeadBlock{movemask64(is_lf(v0), is_lf(v1), is_lf(v2), is_lf(v3)) | nul,
                    movemask64(is_colon(v0), is_colon(v1), is_colon(v2), is_colon(v3)),
-                   movemask64(is_odd(v0), is_odd(v1), is_odd(v2), is_odd(v3))};
+                   movemask64(is_odd(v0), is_odd(v1), is_odd(v2), is_odd(v3)), nul};
 }
+
+// Bit count without the POPCNT instruction (not in the x86-64 baseline, and the library call
+// the compiler would make instead is outside what the session core may link).
+inline unsigned popcount_swar(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555u);
+  x = (x & 0x3333333333333333u) + ((x >> 2) & 0x3333333333333333u);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fu;
+  return unsigned((x * 0x0101010101010101u) >> 56);
+}
+
+// The vector width a copy of the head scan is built for: its block masks and bit count.
+struct IsaSse2 {
+  static HeadBlock block(const char* p) { return head_block_sse2(p); }
+  static unsigned popcount(uint64_t x) { return popcount_swar(x); }
+};
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // The same masks with 64-byte compares, for CPUs that have AVX-512BW (chosen at start).
 [[gnu::target("avx512bw")]] HeadBlock head_block_avx512(const char* p) {
   const __m512i v = _mm512_loadu_si512(p);
-  return HeadBlock{_mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\n')) |
-                       _mm512_cmpeq_epi8_mask(v, _mm512_setzero_si512()),
+  const uint64_t nul = _mm512_cmpeq_epi8_mask(v, _mm512_setzero_si512());
+  return HeadBlock{_mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\n')) | nul,
                    _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(':')),
                    _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\r')) |
-                       _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\\'))};
+                       _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\\')),
+                   nul};
 }
 
 // And with 32-byte compares where AVX2 is the widest.
@@ -72,12 +87,14 @@ HeadBlock head_block_sse2(const char* p) {
   const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
   const __m256i lf = _mm256_set1_epi8('\n');
-  const __m256i nul = _mm256_setzero_si256();
+  const __m256i zero = _mm256_setzero_si256();
   const __m256i colon = _mm256_set1_epi8(':');
   const __m256i cr = _mm256_set1_epi8('\r');
   const __m256i bs = _mm256_set1_epi8('\\');
-  const __m256i term_lo = _mm256_or_si256(_mm256_cmpeq_epi8(lo, lf), _mm256_cmpeq_epi8(lo, nul));
-  const __m256i term_hi = _mm256_or_si256(_mm256_cmpeq_epi8(hi, lf), _mm256_cmpeq_epi8(hi, nul));
+  const __m256i nul_lo = _mm256_cmpeq_epi8(lo, zero);
+  const __m256i nul_hi = _mm256_cmpeq_epi8(hi, zero);
+  const __m256i term_lo = _mm256_or_si256(_mm256_cmpeq_epi8(lo, lf), nul_lo);
+  const __m256i term_hi = _mm256_or_si256(_mm256_cmpeq_epi8(hi, lf), nul_hi);
   const __m256i odd_lo = _mm256_or_si256(_mm256_cmpeq_epi8(lo, cr), _mm256_cmpeq_epi8(lo, bs));
   const __m256i odd_hi = _mm256_or_si256(_mm256_cmpeq_epi8(hi, cr), _mm256_cmpeq_epi8(hi, bs));
   return HeadBlock{uint64_t(uint32_t(_mm256_movemask_epi8(term_lo))) |
@@ -85,8 +102,23 @@ HeadBlock head_block_sse2(const char* p) {
                    uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, colon)))) |
                        uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, colon)))) << 32,
                    uint64_t(uint32_t(_mm256_movemask_epi8(odd_lo))) |
-                       uint64_t(uint32_t(_mm256_movemask_epi8(odd_hi))) << 32};
+                       uint64_t(uint32_t(_mm256_movemask_epi8(odd_hi))) << 32,
+                   uint64_t(uint32_t(_mm256_movemask_epi8(nul_lo))) |
+                       uint64_t(uint32_t(_mm256_movemask_epi8(nul_hi))) << 32};
 }
+
+struct IsaAvx2 {
+  static HeadBlock block(const char* p) { return head_block_avx2(p); }
+  [[gnu::target("popcnt")]] static unsigned popcount(uint64_t x) {
+    return unsigned(__builtin_popcountll(x));
+  }
+};
+struct IsaAvx512 {
+  static HeadBlock block(const char* p) { return head_block_avx512(p); }
+  [[gnu::target("popcnt")]] static unsigned popcount(uint64_t x) {
+    return unsigned(__builtin_popcountll(x));
+  }
+};
 
 HeadBlockFn pick_head_block() {
   __builtin_cpu_init();
@@ -108,7 +140,7 @@ const HeadBlockFn g_head_block = head_block_sse2;
 size_t head_block_variants(const char* p, HeadBlockMasks* out, size_t max) {
   size_t n = 0;
   auto put = [&](HeadBlock m) {
-    if (n < max) out[n++] = HeadBlockMasks{m.term, m.colon, m.odd};
+    if (n < max) out[n++] = HeadBlockMasks{m.term, m.colon, m.odd, m.nul};
   };
   put(head_block_sse2(p));
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -123,13 +155,14 @@ namespace {
 // Bitmasks of up to sixteen 64-byte blocks (1 KiB) from a frame's start, computed as the scan
 // reaches them. Only whole blocks inside the buffer are used: a frame nearer its end takes the
 // general path.
+template <typename Isa>
 class HeadMasks {
  public:
   static constexpr size_t kBlocks = 16;
   explicit HeadMasks(std::string_view buf) : buf_(buf) {}
 
   // First set bit of the mask at or after p; kNotFound past the last whole block.
-  [[gnu::always_inline]] size_t next(const uint64_t* m, size_t p) {
+  size_t next(const uint64_t* m, size_t p) {
     size_t b = p >> 6;
     if (b >= have_ && !ensure(b)) return kNotFound;
     uint64_t w = m[b] & (~uint64_t{0} << (p & 63));
@@ -140,7 +173,7 @@ class HeadMasks {
     return b * 64 + size_t(__builtin_ctzll(w));
   }
   // First set bit in [p, end), for an end the scan has already reached (its block is computed).
-  [[gnu::always_inline]] size_t first_in(const uint64_t* m, size_t p, size_t end) const {
+  size_t first_in(const uint64_t* m, size_t p, size_t end) const {
     if (p >= end) return kNotFound;
     size_t b = p >> 6;
     const size_t last = (end - 1) >> 6;
@@ -157,16 +190,17 @@ class HeadMasks {
   uint64_t term[kBlocks];   // LF or NUL
   uint64_t colon[kBlocks];  // ':'
   uint64_t odd[kBlocks];    // CR or backslash
+  uint64_t nul[kBlocks];    // NUL
 
   // Computes blocks up to b; false when b lies past the last whole block.
   bool ensure(size_t b) {
     while (have_ <= b) {
       if (have_ == kBlocks || (have_ + 1) * 64 > buf_.size()) return false;
-      const HeadBlock m = g_head_block(buf_.data() + have_ * 64);
-      const uint64_t t = m.term, c = m.colon, o = m.odd;
-      term[have_] = t;
-      colon[have_] = c;
-      odd[have_] = o;
+      const HeadBlock m = Isa::block(buf_.data() + have_ * 64);
+      term[have_] = m.term;
+      colon[have_] = m.colon;
+      odd[have_] = m.odd;
+      nul[have_] = m.nul;
       ++have_;
     }
     return true;
@@ -177,108 +211,122 @@ class HeadMasks {
   size_t have_ = 0;
 };
 
-// Calls fn(position) for every set bit of m in [from, to), in order; the blocks are computed.
-template <typename Fn>
-[[gnu::always_inline]] inline void for_each_bit(const uint64_t* m, size_t from, size_t to,
-                                                Fn&& fn) {
-  if (from >= to) return;
-  const size_t first = from >> 6;
-  const size_t last = (to - 1) >> 6;
-  for (size_t b = first; b <= last; ++b) {
-    uint64_t w = m[b];
-    if (b == first) w &= ~uint64_t{0} << (from & 63);
-    if (b == last && (to & 63) != 0) w &= (uint64_t{1} << (to & 63)) - 1;
-    while (w != 0) {
-      fn(b * 64 + size_t(__builtin_ctzll(w)));
-      w &= w - 1;
-    }
-  }
-}
-
-// The header lines of a frame head, from the masks. kPlainLf: lines end in a bare LF and no CR
-// or backslash occurs (checked once for the whole head at the end, not per line); otherwise each
-// line may end in CR LF. False when anything else is found: the caller takes a slower path.
 struct HeadLines {
   size_t body_start = 0;
   uint32_t count = 0;
   int64_t length = -1;
 };
 
-// The common case in one sweep: lines end in a bare LF, and the head holds no CR, backslash or
-// NUL. The blank line is found first (a terminator right after a terminator); then every line
-// end and every colon of the head are listed, and lines are cut from the lists. Unlike a walk
-// from line to line, no step waits for the previous line's end. False: a slower path decides.
-bool plain_head(std::string_view buf, HeadMasks& h, size_t first, const FrameLimits& limits,
-                HeaderSlot* slots, HeadLines* out) {
-  // Lists sized for ordinary heads; a longer head takes the line-by-line path.
-  constexpr size_t kLinesMax = 64;
-  constexpr size_t kColonsMax = 128;
+// parse_content_length() of buf[from, to), eight digits at a time when eight bytes can be read
+// there: the hot path meets this value in every SEND from most clients.
+[[gnu::always_inline]] inline bool content_length_digits(std::string_view buf, size_t from,
+                                                         size_t to, int64_t* out) {
+  const size_t n = to - from;
+  if (n == 0 || n > 8 || from + 8 > buf.size()) {
+    return parse_content_length(buf.substr(from, n), out);
+  }
+  uint64_t v;
+  std::memcpy(&v, buf.data() + from, 8);  // little-endian: the first digit in the low byte
+  v <<= 8 * (8 - n);                      // the digits in the high bytes, zeros below
+  const uint64_t pad = n == 8 ? 0 : ~uint64_t{0} >> (8 * n);  // the low 8 - n bytes
+  v |= 0x3030303030303030u & pad;                             // '0' there: adds nothing
+  // Every byte in '0'..'9': no byte below '0' (borrow into bit 7 after the subtract, as the
+  // bytes are ASCII) and none above '9' (adding 0x46 carries into bit 7).
+  const uint64_t d = v - 0x3030303030303030u;
+  if (((d | (v + 0x4646464646464646u) | v) & 0x8080808080808080u) != 0) return false;
+  // Pairs, quads, then the whole: the most significant digit is in the low byte.
+  uint64_t x = (d * 10) + (d >> 8);
+  x = ((x & 0x000000ff000000ffu) * (100 + (1000000ull << 32)) +
+       ((x >> 16) & 0x000000ff000000ffu) * (1 + (10000ull << 32))) >>
+      32;
+  *out = int64_t(x);
+  return true;
+}
+
+// The common case, checked a whole 64-byte word at a time rather than line by line: lines end in
+// a bare LF and the head holds no CR, backslash or NUL. Per word of the head, with
+//   E the line ends, S the line starts (the byte after a terminator), C the colons, and
+//   R = N + S, N the bytes that are neither terminator nor colon,
+// the carry from each line start runs through N and stops at the line's first colon, or at its
+// LF when it has none. So R & E flags a line without a colon, C & S a line with an empty name,
+// and R & C is every line's first colon (for content-length). The blank line is the first
+// terminator right after a terminator; the words are walked until it is found. The slots are
+// left for index_plain_head(): a lookup fills them when it first needs them. False: the
+// line-by-line path decides.
+template <typename Isa>
+[[gnu::always_inline]] inline bool plain_head(std::string_view buf, HeadMasks<Isa>& h, size_t first,
+                                              const FrameLimits& limits, HeadLines* out) {
+  // The command line is at most 13 bytes, so the head starts in the first word.
+  constexpr unsigned kClNameBytes = 14;  // "content-length"
+  uint64_t bad = 0;
+  uint64_t region = ~uint64_t{0} << first;
+  uint64_t term_carry = 0;  // bit 0: a terminator ends the previous word
+  uint64_t starts_prev = 0;
+  bool add_carry = false;  // the carry of R out of the previous word
+  size_t count = 0;
+  size_t cl_colon = kNotFound;  // the first colon of the first line named content-length
   size_t blank = kNotFound;
-  uint64_t carry = 0;  // bit 0: the last byte of the previous block is a terminator
   for (size_t b = 0;; ++b) {
     if (!h.ensure(b)) return false;
+    const size_t base = b * 64;
     const uint64_t t = h.term[b];
-    uint64_t pairs = t & ((t << 1) | carry);
-    if (b == (first >> 6)) pairs &= ~uint64_t{0} << (first & 63);
-    if (b < (first >> 6)) pairs = 0;
+    // Every byte after a terminator; in the first word that includes `first`, after the LF
+    // that ends the command line.
+    const uint64_t starts_all = (t << 1) | term_carry;
+    const uint64_t pairs = t & starts_all & region;
     if (pairs != 0) {
-      blank = b * 64 + size_t(__builtin_ctzll(pairs));
-      break;
+      blank = base + size_t(__builtin_ctzll(pairs));
+      region &= (pairs & (~pairs + 1)) - 1;  // bits below the blank line's LF
     }
-    carry = t >> 63;
+    const uint64_t starts = starts_all & region;
+    term_carry = t >> 63;
+    const uint64_t ends = t & region;
+    const uint64_t colons = h.colon[b] & region;
+    const uint64_t plain = region & ~t & ~colons;
+    uint64_t r;
+    const bool c1 = __builtin_add_overflow(plain, starts, &r);
+    const bool c2 = __builtin_add_overflow(r, uint64_t{add_carry}, &r);
+    add_carry = c1 || c2;
+    const uint64_t first_colons = r & colons;
+    bad |= ((h.odd[b] | h.nul[b]) & region) | (colons & starts) | (r & ends);
+    count += Isa::popcount(ends);
+    // A first colon 14 bytes after a line start: a name as long as "content-length".
+    const uint64_t name14 =
+        first_colons & ((starts << kClNameBytes) | (starts_prev >> (64 - kClNameBytes)));
+    starts_prev = starts;
+    if (name14 != 0 && cl_colon == kNotFound) {
+      for (uint64_t w = name14; w != 0; w &= w - 1) {
+        const size_t at = base + size_t(__builtin_ctzll(w));
+        if (std::memcmp(buf.data() + at - kClNameBytes, "content-length", kClNameBytes) == 0) {
+          cl_colon = at;
+          break;
+        }
+      }
+    }
+    if (blank != kNotFound) break;
+    region = ~uint64_t{0};
   }
-  // blank is the LF of the empty line; the last header line ends at blank - 1.
-  if (blank >= limits.frame_bytes_max - 1 || buf[blank] != '\n') return false;
-  if (h.first_in(h.odd, 0, blank) != kNotFound) return false;
-
-  uint32_t ends[kLinesMax];
-  size_t n_ends = 0;
-  bool overflow = false;
-  for_each_bit(h.term, first, blank, [&](size_t pos) {
-    if (n_ends == kLinesMax) {
-      overflow = true;
-      return;
-    }
-    ends[n_ends++] = uint32_t(pos);
-  });
-  uint32_t colons[kColonsMax];
-  size_t n_colons = 0;
-  for_each_bit(h.colon, first, blank, [&](size_t pos) {
-    if (n_colons == kColonsMax) {
-      overflow = true;
-      return;
-    }
-    colons[n_colons++] = uint32_t(pos);
-  });
-  if (overflow || n_ends > limits.header_count_max) return false;
-
+  // blank is the LF of the empty line (a NUL there is left to the general path). A head no
+  // longer than the line limit holds no line over it; longer heads are checked line by line.
+  if (bad != 0 || count > limits.header_count_max || blank >= limits.frame_bytes_max - 1 ||
+      buf[blank] != '\n' || blank - first > limits.header_line_bytes_max) {
+    return false;
+  }
   int64_t length = -1;
-  size_t start = first;
-  size_t j = 0;
-  for (size_t k = 0; k < n_ends; ++k) {
-    const size_t end = ends[k];
-    if (buf[end] != '\n' || end - start > limits.header_line_bytes_max) return false;
-    while (j < n_colons && colons[j] < start)
-      ++j;
-    if (j == n_colons || colons[j] >= end || colons[j] == start) return false;
-    const size_t colon_at = colons[j];
-    const std::string_view name(buf.data() + start, colon_at - start);
-    const std::string_view value(buf.data() + colon_at + 1, end - colon_at - 1);
-    if (length < 0 && name == "content-length" && !parse_content_length(value, &length))
-      return false;
-    slots[k] = HeaderSlot{uint32_t(start), uint32_t(name.size()), uint32_t(colon_at + 1),
-                          uint32_t(value.size()), false};
-    start = end + 1;
+  if (cl_colon != kNotFound) {
+    const size_t end = h.next(h.term, cl_colon);
+    if (!content_length_digits(buf, cl_colon + 1, end, &length)) return false;
   }
   out->body_start = blank + 1;
-  out->count = uint32_t(n_ends);
+  out->count = uint32_t(count);
   out->length = length;
   return true;
 }
 
-template <bool kPlainLf>
-bool scan_head_lines(std::string_view buf, HeadMasks& h, size_t first, const FrameLimits& limits,
-                     HeaderSlot* slots, HeadLines* out) {
+// Line by line from the masks, for heads whose lines may end in CR LF. Fills the slots.
+template <typename Isa>
+bool crlf_head(std::string_view buf, HeadMasks<Isa>& h, size_t first, const FrameLimits& limits,
+               HeaderSlot* slots, HeadLines* out) {
   const size_t frame_cap = limits.frame_bytes_max - 1;
   uint32_t count = 0;
   int64_t length = -1;
@@ -287,12 +335,10 @@ bool scan_head_lines(std::string_view buf, HeadMasks& h, size_t first, const Fra
     const size_t i = h.next(h.term, line);
     if (i == kNotFound || i >= frame_cap || buf[i] == '\0') return false;
     size_t end = i;
-    if constexpr (!kPlainLf) {
-      if (const size_t o = h.first_in(h.odd, line, i); o != kNotFound) {
-        // Only a CR ending the line is ordinary; escapes and stray CRs take the general path.
-        if (o != i - 1 || buf[o] != '\r') return false;
-        end = o;
-      }
+    if (const size_t o = h.first_in(h.odd, line, i); o != kNotFound) {
+      // Only a CR ending the line is ordinary; escapes and stray CRs take the general path.
+      if (o != i - 1 || buf[o] != '\r') return false;
+      end = o;
     }
     if (end - line > limits.header_line_bytes_max) return false;
     if (end == line) {
@@ -307,42 +353,81 @@ bool scan_head_lines(std::string_view buf, HeadMasks& h, size_t first, const Fra
     const std::string_view value(buf.data() + colon_at + 1, end - colon_at - 1);
     if (length < 0 && name == "content-length" && !parse_content_length(value, &length))
       return false;
-    slots[count++] = HeaderSlot{uint32_t(line), uint32_t(name.size()), uint32_t(colon_at + 1),
-                                uint32_t(value.size()), false};
+    slots[count++] = HeaderSlot{uint32_t(line), uint32_t(colon_at), uint32_t(end), false};
     line = i + 1;
-  }
-  if constexpr (kPlainLf) {
-    if (h.first_in(h.odd, first, out->body_start) != kNotFound) return false;
   }
   out->count = count;
   out->length = length;
   return true;
 }
 
-}  // namespace
-
-bool scan_frame_head(std::string_view buf, const FrameLimits& limits, HeaderSlot* slots,
-                     FrameHead* out) {
-  HeadMasks h(buf);
-  const size_t cmd_end = h.next(h.term, 0);
-  if (cmd_end == kNotFound || cmd_end > kCommandLineBytesMax || buf[cmd_end] == '\0') {
-    return false;
-  }
+template <typename Isa>
+[[gnu::always_inline]] inline bool scan_head(std::string_view buf, const FrameLimits& limits,
+                                             HeaderSlot* slots, FrameHead* out) {
+  HeadMasks<Isa> h(buf);
+  if (!h.ensure(0)) return false;
+  const uint64_t t0 = h.term[0];
+  if (t0 == 0) return false;
+  const size_t cmd_end = size_t(__builtin_ctzll(t0));
+  if (cmd_end > kCommandLineBytesMax || ((h.nul[0] >> cmd_end) & 1) != 0) return false;
   size_t cmd_len = cmd_end;
-  if (const size_t o = h.first_in(h.odd, 0, cmd_end); o != kNotFound) {
-    if (o != cmd_end - 1 || buf[o] != '\r') return false;
-    cmd_len = o;
+  if (const uint64_t o = h.odd[0] & ((uint64_t{1} << cmd_end) - 1); o != 0) {
+    if (o != uint64_t{1} << (cmd_end - 1) || buf[cmd_end - 1] != '\r') return false;
+    cmd_len = cmd_end - 1;
   }
-  const std::optional<Command> c = parse_command(buf.substr(0, cmd_len));
-  if (!c) return false;
+  std::optional<Command> c;
+  if (cmd_len == 4 && std::memcmp(buf.data(), "SEND", 4) == 0) {
+    c = Command::kSend;  // the frame that matters for throughput, without the general lookup
+  } else {
+    c = parse_command(buf.substr(0, cmd_len));
+    if (!c) return false;
+  }
+  const size_t first = cmd_end + 1;
   HeadLines lines;
-  if (!plain_head(buf, h, cmd_end + 1, limits, slots, &lines) &&
-      !scan_head_lines<false>(buf, h, cmd_end + 1, limits, slots, &lines)) {
-    return false;
+  bool indexed = false;
+  if (!plain_head(buf, h, first, limits, &lines)) {
+    if (!crlf_head(buf, h, first, limits, slots, &lines)) return false;
+    indexed = true;
   }
-  *out = FrameHead{*c, lines.body_start, lines.count, lines.length};
+  *out = FrameHead{*c, first, lines.body_start, lines.count, lines.length, indexed};
   return true;
 }
+
+// One copy of the whole head scan per vector width, everything inlined into it, so the
+// per-block mask code is not an indirect call.
+[[gnu::flatten]] bool scan_frame_head_sse2(std::string_view buf, const FrameLimits& limits,
+                                           HeaderSlot* slots, FrameHead* out) {
+  return scan_head<IsaSse2>(buf, limits, slots, out);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+[[gnu::flatten, gnu::target("avx2,popcnt,bmi,bmi2")]] bool scan_frame_head_avx2(
+    std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out) {
+  return scan_head<IsaAvx2>(buf, limits, slots, out);
+}
+
+[[gnu::flatten, gnu::target("avx512bw,popcnt,bmi,bmi2")]] bool scan_frame_head_avx512(
+    std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out) {
+  return scan_head<IsaAvx512>(buf, limits, slots, out);
+}
+
+ScanFrameHeadFn pick_scan_frame_head() {
+  __builtin_cpu_init();
+  const bool bits = __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi") &&
+                    __builtin_cpu_supports("bmi2");
+  if (bits && __builtin_cpu_supports("avx512bw")) return scan_frame_head_avx512;
+  if (bits && __builtin_cpu_supports("avx2")) return scan_frame_head_avx2;
+  return scan_frame_head_sse2;
+}
+#endif
+
+}  // namespace
+
+#if defined(__x86_64__) && defined(__GNUC__)
+const ScanFrameHeadFn g_scan_frame_head = pick_scan_frame_head();
+#else
+const ScanFrameHeadFn g_scan_frame_head = scan_frame_head_sse2;
+#endif
 #endif
 
 }  // namespace sluice::session::detail

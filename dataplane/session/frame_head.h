@@ -22,6 +22,7 @@ struct HeadBlock {
   uint64_t term;   // LF or NUL
   uint64_t colon;  // ':'
   uint64_t odd;    // CR or backslash
+  uint64_t nul;    // NUL (a terminator too, but never a line end)
 };
 using HeadBlockFn = HeadBlock (*)(const char*);
 // The widest variant this CPU runs, chosen when the program loads.
@@ -29,16 +30,26 @@ extern const HeadBlockFn g_head_block;
 
 struct FrameHead {
   Command command;
+  size_t first_line;  // start of the first header line
   size_t body_start;
   uint32_t count;
   int64_t length;  // content-length, or -1
+  // False: the slots are not filled. The head is plain (lines end in a bare LF, no CR, backslash
+  // or NUL, every line holds a ':' after a non-empty name); index_plain_head() fills them.
+  bool indexed;
 };
 
 // The head of a frame starting at buf[0], when it lies in whole 64-byte blocks of buf and holds
-// nothing unusual (no escape, no CR but at line ends, within every limit). Fills slots and *out.
-// False decides nothing: the incremental path parses the frame and gives every error.
-bool scan_frame_head(std::string_view buf, const FrameLimits& limits, HeaderSlot* slots,
-                     FrameHead* out);
+// nothing unusual (no escape, no CR but at line ends, within every limit). Fills *out, and the
+// slots unless the head is plain. False decides nothing: the incremental path parses the frame
+// and gives every error. The widest variant this CPU runs, chosen when the program loads.
+using ScanFrameHeadFn = bool (*)(std::string_view buf, const FrameLimits& limits, HeaderSlot* slots,
+                                 FrameHead* out);
+extern const ScanFrameHeadFn g_scan_frame_head;
+inline bool scan_frame_head(std::string_view buf, const FrameLimits& limits, HeaderSlot* slots,
+                            FrameHead* out) {
+  return g_scan_frame_head(buf, limits, slots, out);
+}
 #endif
 
 }  // namespace sluice::session::detail

@@ -81,18 +81,37 @@ std::string_view strip_cr(std::string_view line) {
 
 }  // namespace
 
+void Frame::index() const {
+  // The parser checked every line of this head: "name:value" LF, non-empty name, no CR,
+  // backslash or NUL; the blank line's LF is the byte before the body.
+  const size_t head_end = body_off_ - 1;
+  size_t line = first_line_;
+  for (uint32_t k = 0; k < header_count_; ++k) {
+    const LineScan ls = scan_line(bytes_, line, head_end);
+    SLUICE_ASSERT(ls.end != kNotFound && ls.colon != kNotFound && ls.colon > line);
+    slots_[k] = detail::HeaderSlot{uint32_t(line), uint32_t(ls.colon), uint32_t(ls.end), false};
+    line = ls.end + 1;
+  }
+  SLUICE_ASSERT(line == head_end);
+  indexed_ = true;
+}
+
 Header Frame::header(size_t i) const {
   SLUICE_ASSERT(i < header_count_);
+  ensure_indexed();
   const detail::HeaderSlot& s = slots_[i];
-  return Header{bytes_.substr(s.name_off, s.name_len), bytes_.substr(s.value_off, s.value_len)};
+  return Header{bytes_.substr(s.name_off, s.colon_off - s.name_off),
+                bytes_.substr(s.colon_off + 1, s.value_end - s.colon_off - 1)};
 }
 
 std::optional<size_t> Frame::find_index(std::string_view name) const {
+  ensure_indexed();
   for (size_t i = 0; i < header_count_; ++i) {
     const detail::HeaderSlot& s = slots_[i];
-    if (s.name_escaped) {
-      if (header_equals(bytes_.substr(s.name_off, s.name_len), true, name)) return i;
-    } else if (s.name_len == name.size() &&
+    const size_t len = s.colon_off - s.name_off;
+    if (names_escaped_ && s.name_escaped) {
+      if (header_equals(bytes_.substr(s.name_off, len), true, name)) return i;
+    } else if (len == name.size() &&
                std::memcmp(bytes_.data() + s.name_off, name.data(), name.size()) == 0) {
       return i;
     }
@@ -171,6 +190,8 @@ ParseResult Parser::scan_command(std::string_view buf) {
   command_ = *c;
   escaped_ = version_ >= Version::k1_1 && command_escapes_headers(command_);
   header_count_ = 0;
+  names_escaped_ = false;
+  indexed_ = true;
   content_length_ = -1;
   line_start_ = pos_ = i + 1;
   line_colon_ = line_cr_ = kNotFound;
@@ -268,7 +289,7 @@ ParseResult Parser::scan_headers(std::string_view buf) {
 
 inline ParseResult Parser::end_headers(std::string_view buf) {
   if (content_length_ >= 0) {
-    if (content_length_ > 0 && !command_allows_body(command_)) {
+    if (content_length_ > 0 && command_ != Command::kSend && !command_allows_body(command_)) {
       return fail(ParseError::kBodyNotAllowed);
     }
     if (content_length_ > int64_t(limits_.body_bytes_max)) return fail(ParseError::kBodyTooLarge);
@@ -285,8 +306,13 @@ bool Parser::head_fast(std::string_view buf) {
   detail::FrameHead head;
   if (!detail::scan_frame_head(buf, limits_, slots_.get(), &head)) return false;
   command_ = head.command;
-  escaped_ = version_ >= Version::k1_1 && command_escapes_headers(command_);
+  // SEND escapes its headers: no call into the command table for the common frame.
+  escaped_ = version_ >= Version::k1_1 &&
+             (command_ == Command::kSend || command_escapes_headers(command_));
   header_count_ = head.count;
+  names_escaped_ = false;
+  indexed_ = head.indexed;
+  first_line_ = head.first_line;
   content_length_ = head.length;
   body_start_ = pos_ = head.body_start;
   return true;
@@ -318,9 +344,9 @@ inline bool Parser::take_header(std::string_view buf, size_t line_end, ParseErro
       return false;
     }
   }
+  names_escaped_ |= name_escaped;
   slots_[header_count_++] =
-      detail::HeaderSlot{uint32_t(line_start_), uint32_t(name.size()), uint32_t(colon + 1),
-                         uint32_t(value.size()), name_escaped};
+      detail::HeaderSlot{uint32_t(line_start_), uint32_t(colon), uint32_t(line_end), name_escaped};
   return true;
 }
 
@@ -331,7 +357,7 @@ inline ParseResult Parser::scan_body(std::string_view buf) {
     if (buf[nul] != '\0') return fail(ParseError::kMissingNul);
     return complete(buf, nul);
   }
-  if (!command_allows_body(command_)) {
+  if (command_ != Command::kSend && !command_allows_body(command_)) {
     if (buf.size() <= body_start_) return ParseResult{};
     if (buf[body_start_] != '\0') return fail(ParseError::kBodyNotAllowed);
     return complete(buf, body_start_);
@@ -361,6 +387,9 @@ const Frame& Parser::head(std::string_view buf) {
   frame_.body_len_ = 0;
   frame_.command_ = command_;
   frame_.escaped_ = escaped_;
+  frame_.names_escaped_ = names_escaped_;
+  frame_.indexed_ = indexed_;
+  frame_.first_line_ = uint32_t(first_line_);
   return frame_;
 }
 
@@ -372,6 +401,9 @@ inline ParseResult Parser::complete(std::string_view buf, size_t nul_index) {
   frame_.body_len_ = uint32_t(nul_index - body_start_);
   frame_.command_ = command_;
   frame_.escaped_ = escaped_;
+  frame_.names_escaped_ = names_escaped_;
+  frame_.indexed_ = indexed_;
+  frame_.first_line_ = uint32_t(first_line_);
   state_ = State::kGap;
   pos_ = 0;
   return ParseResult{ParseResult::Status::kFrame, ParseError::kNone, nul_index + 1};

@@ -19,25 +19,32 @@ struct Header {
 };
 
 namespace detail {
+// Offsets relative to the frame's first byte. The name is [name_off, colon_off), the value
+// (colon_off, value_end): the three positions a line scan finds, stored as found.
 struct HeaderSlot {
-  uint32_t name_off;  // relative to the frame's first byte
-  uint32_t name_len;
-  uint32_t value_off;
-  uint32_t value_len;
-  bool name_escaped;  // the name holds a backslash escape: compare it decoded
+  uint32_t name_off;
+  uint32_t colon_off;
+  uint32_t value_end;  // one past the value: its LF, or the CR before it
+  bool name_escaped;   // the name holds a backslash escape: compare it decoded
 };
-// Masks of one 64-byte block (bit k: byte k is LF or NUL / ':' / CR or backslash) as computed
-// by every vector width this CPU supports; for the test that holds them equal. Returns how many.
+// Masks of one 64-byte block (bit k: byte k is LF or NUL / ':' / CR or backslash / NUL) as
+// computed by every vector width this CPU supports; for the test that holds them equal. Returns
+// how many.
 struct HeadBlockMasks {
   uint64_t term;
   uint64_t colon;
   uint64_t odd;
+  uint64_t nul;
 };
 size_t head_block_variants(const char* p, HeadBlockMasks* out, size_t max);
 }  // namespace detail
 
 // A parsed frame: views into the caller's buffer, valid until the caller moves or reuses those
-// bytes or the parser parses again.
+// bytes or the parser parses again. The header table of a plain head (the common case) is
+// filled by the first call that needs it (header(), find(), find_index()), not by parse():
+// most frames on the hot path are only counted and forwarded. That first call writes into the
+// parser's table, so a Frame is not to be read from two threads at once (the session core is
+// single-threaded by design).
 class Frame {
  public:
   Command command() const { return command_; }
@@ -56,13 +63,22 @@ class Frame {
 
  private:
   friend class Parser;
+  // Fills the slots of a plain head from its bytes (each line "name:value" LF, checked).
+  void index() const;
+  void ensure_indexed() const {
+    if (!indexed_) index();
+  }
+
   std::string_view bytes_;
-  const detail::HeaderSlot* slots_ = nullptr;
+  detail::HeaderSlot* slots_ = nullptr;
   uint32_t header_count_ = 0;
+  uint32_t first_line_ = 0;  // start of the first header line
   uint32_t body_off_ = 0;
   uint32_t body_len_ = 0;
   Command command_ = Command::kSend;
   bool escaped_ = false;
+  bool names_escaped_ = false;   // some slot has name_escaped set
+  mutable bool indexed_ = true;  // false: the slots are still to be filled by index()
 };
 
 struct ParseResult {
@@ -136,6 +152,9 @@ class Parser {
   size_t body_start_ = 0;
   int64_t content_length_ = -1;
   uint32_t header_count_ = 0;
+  bool names_escaped_ = false;
+  bool indexed_ = true;  // false: the fast path left the slots of a plain head to Frame::index()
+  size_t first_line_ = 0;
   std::unique_ptr<detail::HeaderSlot[]> slots_;
   Frame frame_;
 };

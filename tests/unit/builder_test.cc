@@ -28,6 +28,7 @@ namespace sluice::session {
 namespace {
 
 using namespace std::string_literals;
+using namespace std::string_view_literals;
 using Status = ParseResult::Status;
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
@@ -194,6 +195,23 @@ TEST(BuilderTest, BuildReceiptRawRejectsCrOrLf) {
 }
 
 // ---- build_error -------------------------------------------------------------------------------
+
+TEST(BuilderTest, LineRawCopiesAnEncodedLineAndRefusesWhatIsNotOne) {
+  std::array<char, 256> buf;
+  FrameWriter w(buf, Command::kSend, Version::k1_2);
+  w.line_raw("destination:/queue/a").line_raw("x-odd:a\\cb\\\\c").line_raw("x-empty:");
+  std::optional<std::string_view> f = w.finish("hi");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(
+      *f, "SEND\ndestination:/queue/a\nx-odd:a\\cb\\\\c\nx-empty:\ncontent-length:2\n\nhi"s + '\0');
+  for (std::string_view bad : {"no-colon"sv, ":empty-name"sv, "x:bad\\tescape"sv, "x:cr\r"sv,
+                               "x:lf\nmore"sv, "x:nul\0"sv}) {
+    FrameWriter v(buf, Command::kSend, Version::k1_2);
+    v.line_raw(bad);
+    EXPECT_FALSE(v.ok()) << bad;
+    EXPECT_FALSE(v.finish());
+  }
+}
 
 TEST(BuilderTest, BuildErrorParsesBackWithEveryHeader) {
   for (Version v : kAllVersions) {

@@ -986,6 +986,129 @@ TEST(ParserTest, ParseErrorMessageDescribesEveryError) {
   }
 }
 
+// The frame-head fast path takes frames that lie in whole 64-byte blocks of the buffer; the
+// padding (heart-beats after the frame) puts short frames there too. Its header table is filled
+// on first lookup; what it gives must match the byte-by-byte path exactly.
+constexpr std::string_view kBlockPadding =
+    "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+    "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n";
+
+struct FrameView {
+  ParseResult result;
+  Command command = Command::kSend;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::vector<std::optional<std::string>> found;  // find() of each name in `names`
+  std::string body;
+};
+
+FrameView view_of(Parser& p, ParseResult r, std::span<const std::string_view> names) {
+  FrameView v;
+  v.result = r;
+  if (r.status != Status::kFrame) return v;
+  const Frame& f = p.frame();
+  v.command = f.command();
+  // find() first: the lookup that fills the table must see the same headers as header(i).
+  for (std::string_view n : names) {
+    std::optional<std::string_view> got = f.find(n);
+    v.found.push_back(got ? std::optional<std::string>(std::string(*got)) : std::nullopt);
+  }
+  for (size_t i = 0; i < f.header_count(); ++i)
+    v.headers.emplace_back(std::string(f.header(i).name), std::string(f.header(i).value));
+  v.body = std::string(f.body());
+  return v;
+}
+
+::testing::AssertionResult FastPathMatchesBytewise(std::string_view frame_bytes,
+                                                   std::span<const std::string_view> names) {
+  const std::string padded = std::string(frame_bytes) + std::string(kBlockPadding);
+  Parser whole(FrameLimits{});
+  whole.set_version(Version::k1_2);
+  const FrameView fast = view_of(whole, whole.parse(padded), names);
+  Parser slow(FrameLimits{});
+  slow.set_version(Version::k1_2);
+  ParseResult r;
+  for (size_t n = 0; n <= frame_bytes.size(); ++n) {
+    r = slow.parse(frame_bytes.substr(0, n));
+    if (r.status != Status::kNeedMore) break;
+  }
+  const FrameView bytewise = view_of(slow, r, names);
+  if (fast.result.status != bytewise.result.status || fast.result.error != bytewise.result.error ||
+      fast.result.consumed != bytewise.result.consumed || fast.command != bytewise.command ||
+      fast.headers != bytewise.headers || fast.found != bytewise.found ||
+      fast.body != bytewise.body) {
+    return ::testing::AssertionFailure()
+           << "whole buffer gave " << describe(fast.result) << " with "
+           << ::testing::PrintToString(fast.headers) << ", byte-by-byte "
+           << describe(bytewise.result) << " with " << ::testing::PrintToString(bytewise.headers);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(ParserTest, FastPathHeaderTableMatchesBytewiseParse) {
+  const std::array<std::string_view, 5> names = {"destination", "content-length", "receipt",
+                                                 "x-app-header-1", "missing"};
+  std::vector<std::string> frames = {
+      "SEND\ndestination:/queue/a\ncontent-length:3\nreceipt:r-1\n\nabc"s + '\0',
+      "SEND\n\n"s + '\0',
+      "SEND\ndestination:/queue/a:b::c\nempty:\nx-app-header-1:v\n\nbody"s + '\0',
+      // Names as long as "content-length" that are not it, before and after it.
+      "SEND\nx-app-header-1:1\ncontent-lengtX:9\ncontent-length:2\nx-app-header-2:2\n\nab"s + '\0',
+      "SEND\ncontent-length:2\ncontent-length:junk\n\nab"s + '\0',
+      "MESSAGE\nsubscription:0\nmessage-id:7\ndestination:/queue/a\n\nhello"s + '\0',
+      "SUBSCRIBE\nid:0\ndestination:/queue/orders\nack:client-individual\n\n"s + '\0',
+  };
+  // A head that spans several blocks, with line ends on both sides of block boundaries.
+  std::string many = "SEND\n";
+  for (int i = 0; i < 40; ++i)
+    many += "x-app-header-" + std::to_string(i) + ":" + std::string(size_t(i % 7), 'v') + ":\n";
+  frames.push_back(many + "destination:/queue/many\n\n" + '\0');
+  // content-length of every digit count, with and without leading zeros.
+  for (std::string value : {"0", "7", "12", "123", "0004", "00005", "000006", "0000007", "00000008",
+                            "000000009", "0000000010"}) {
+    const size_t n = std::stoul(value);
+    frames.push_back("SEND\ndestination:/queue/a\ncontent-length:" + value + "\n\n" +
+                     std::string(n, 'b') + '\0');
+  }
+  for (const std::string& f : frames)
+    EXPECT_TRUE(FastPathMatchesBytewise(f, names)) << ::testing::PrintToString(f);
+}
+
+TEST(ParserTest, FastPathRejectsWhatBytewiseParseRejects) {
+  const std::array<std::string_view, 1> names = {"destination"};
+  std::vector<std::string> frames;
+  for (std::string_view value :
+       {"", "1a", "a1", "+1", " 1", "1 ", "-1", "12345678901", "1/", "1:", "\x80", "99999999"}) {
+    frames.push_back("SEND\ndestination:/queue/a\ncontent-length:" + std::string(value) + "\n\nx" +
+                     '\0');
+  }
+  frames.push_back("SEND\ndestination:/queue/a\nnocolon\n\n"s + '\0');
+  frames.push_back("SEND\ndestination:/queue/a\n:value\n\n"s + '\0');
+  frames.push_back("SEND\ndestination:/queue/a\nna\0me:v\n\n\0"s);
+  frames.push_back("SEND\ndestination:/queue/a\nname:v\0alue\n\n\0"s);
+  frames.push_back("SEND\ndestination:/queue/a\nname:va\rlue\n\n\0"s);
+  frames.push_back("SEND\ndestination:/queue/a\nna\\qme:value\n\n\0"s);
+  frames.push_back("SEND\ndestination:/queue/a\ncontent-length:1\n\nxy\0"s);
+  frames.push_back("SUBSCRIBE\ndestination:/queue/a\ncontent-length:1\n\nx\0"s);
+  for (const std::string& f : frames)
+    EXPECT_TRUE(FastPathMatchesBytewise(f, names)) << ::testing::PrintToString(f);
+}
+
+TEST(ParserTest, HeadOfFastPathFrameAnswersLookupsWhileBodyArrives) {
+  const std::string head = "SEND\ndestination:/queue/orders\ncontent-length:200\nreceipt:r\n\n";
+  const std::string bytes = head + std::string(40, 'b');  // body incomplete, head in one block
+  ASSERT_GE(bytes.size(), 64u);
+  Parser p(FrameLimits{});
+  ASSERT_EQ(p.parse(bytes).status, Status::kNeedMore);
+  ASSERT_TRUE(p.in_body());
+  const Frame& f = p.head(bytes);
+  EXPECT_EQ(f.header_count(), 3u);
+  EXPECT_EQ(f.find("destination"), "/queue/orders");
+  EXPECT_EQ(f.find_index("receipt"), 2u);
+  EXPECT_EQ(f.header(1).name, "content-length");
+  EXPECT_EQ(f.header(1).value, "200");
+  EXPECT_EQ(f.body(), "");
+}
+
 }  // namespace
 }  // namespace sluice::session
 
@@ -1003,12 +1126,13 @@ TEST(HeadBlockTest, EveryVectorWidthGivesTheReferenceMasks) {
     char block[64];
     for (char& c : block)
       c = alphabet[rng() % sizeof alphabet];
-    uint64_t term = 0, colon = 0, odd = 0;
+    uint64_t term = 0, colon = 0, odd = 0, nul = 0;
     for (unsigned k = 0; k < 64; ++k) {
       const uint64_t bit = uint64_t{1} << k;
       if (block[k] == '\n' || block[k] == '\0') term |= bit;
       if (block[k] == ':') colon |= bit;
       if (block[k] == '\r' || block[k] == '\\') odd |= bit;
+      if (block[k] == '\0') nul |= bit;
     }
     detail::HeadBlockMasks got[4];
     variants = detail::head_block_variants(block, got, 4);
@@ -1017,6 +1141,7 @@ TEST(HeadBlockTest, EveryVectorWidthGivesTheReferenceMasks) {
       ASSERT_EQ(got[v].term, term) << "variant " << v << " round " << round;
       ASSERT_EQ(got[v].colon, colon) << "variant " << v << " round " << round;
       ASSERT_EQ(got[v].odd, odd) << "variant " << v << " round " << round;
+      ASSERT_EQ(got[v].nul, nul) << "variant " << v << " round " << round;
     }
   }
   RecordProperty("variants", int(variants));
