@@ -74,6 +74,7 @@ json queue_json(const QueueStatus& q) {
   j["pinned"] = q.pinned.empty() ? json(nullptr) : json(q.pinned);
   j["learned"] = q.learned.empty() ? json(nullptr) : json(q.learned);
   j["placed"] = q.placed.empty() ? json(nullptr) : json(q.placed);
+  j["backlog"] = q.backlog;
   return j;
 }
 
@@ -234,6 +235,7 @@ AdminResponse AdminApi::status(const AdminRequest& r) {
                         {"learned", s.learned},
                         {"placed", s.placed},
                         {"placements", s.placements},
+                        {"queues_with_backlog", s.queues_with_backlog},
                         {"placement_policy", placement_policy_name(c.placement)},
                         {"log_level", *control_.setting("log_level")},
                         {"feed", feed},

@@ -27,6 +27,8 @@ using config_detail::Item;
 using config_detail::kNameRule;
 using config_detail::line_of;
 using config_detail::read_address;
+using config_detail::read_drain;
+using config_detail::read_spill;
 using config_detail::Table;
 using config_detail::valid_name;
 using config_detail::wrong_type;
@@ -367,7 +369,7 @@ void read_pins(const Table& root, GatewayConfig* c) {
 GatewayConfig read_config(const toml::table& doc) {
   Table root(doc, "", "the top level",
              {"gateway", "listen", "admin", "stomp", "limits", "health", "placement", "nodes",
-              "feed", "pins"});
+              "feed", "pins", "spill", "drain"});
   GatewayConfig c;
   read_gateway(root, &c);
   read_listen(root, &c);
@@ -379,6 +381,8 @@ GatewayConfig read_config(const toml::table& doc) {
   read_nodes(root, &c);
   read_feed(root, &c);
   read_pins(root, &c);
+  read_spill(root, &c);
+  read_drain(root, &c);
   return c;
 }
 

@@ -51,6 +51,38 @@ struct PinSpec {
   std::string node;  // a configured node's name
 };
 
+// [spill]: the spill log (queue/, DESIGN section 6). The gateway turns these into the log's
+// options; the largest record is one frame (limits.frame_bytes_max).
+enum class SpillOnFull : uint8_t { kRefuse, kDropOldest };
+struct SpillConfig {
+  static constexpr uint64_t kSegmentBytesMin = 1ull << 20;
+  static constexpr uint64_t kSegmentBytesMax = 4ull << 30;
+  static constexpr uint64_t kBytesCeiling = 1ull << 50;
+
+  std::string dir;                          // empty: <gateway.state_dir>/spill
+  uint64_t max_bytes = 8ull << 30;          // all segments together; at least two segments
+  uint64_t segment_bytes = 64ull << 20;     // each segment file, preallocated
+  uint64_t queue_messages_max = 1'000'000;  // undelivered messages of one queue
+  uint64_t queue_bytes_max = 1ull << 30;    // their bytes
+  SpillOnFull on_full = SpillOnFull::kRefuse;
+};
+
+// [drain]: the drainer that delivers spilled backlogs to their owners.
+struct DrainConfig {
+  static constexpr uint32_t kWindowMax = 4096;
+
+  std::string login;             // the gateway's own STOMP login at the owners (empty: none)
+  std::string passcode_file;     // file holding its passcode (empty: none)
+  uint32_t window = 64;          // SENDs awaiting their RECEIPT on one connection
+  uint32_t rate_per_second = 0;  // per connection; 0: no limit
+  uint32_t backoff_base_ms = 100;
+  uint32_t backoff_max_ms = 30'000;
+  uint32_t connect_timeout_ms = 5'000;   // TCP connect through CONNECTED
+  uint32_t receipt_timeout_ms = 30'000;  // no RECEIPT for this long: reconnect
+};
+
+std::string_view spill_on_full_name(SpillOnFull f);
+
 // Queues each worker's replica can hold; the ownership table refuses entries beyond it.
 inline constexpr uint32_t kQueuesMaxCeiling = 1u << 26;
 
@@ -82,6 +114,12 @@ struct GatewayConfig {
   RabbitFeedConfig rabbitmq_feed;
   // [[pins]]
   std::vector<PinSpec> pins;
+  // [spill], [drain]
+  SpillConfig spill;
+  DrainConfig drain;
+
+  // The spill directory: spill.dir, or "spill" in the state directory.
+  std::string spill_dir() const { return spill.dir.empty() ? state_dir + "/spill" : spill.dir; }
 };
 
 struct ConfigError {

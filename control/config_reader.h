@@ -84,4 +84,8 @@ std::optional<ListenAddress> read_address(const Table& t, std::string_view k);
 // "localhost" or 127.x.x.x.
 bool is_loopback(std::string_view host);
 
+// Sections read in files of their own (config_spill.cc).
+void read_spill(const Table& root, GatewayConfig* c);
+void read_drain(const Table& root, GatewayConfig* c);
+
 }  // namespace sluice::control::config_detail

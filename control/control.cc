@@ -137,6 +137,12 @@ Control::Worker Control::attach_worker() {
     m.source = o->source;
     if (!r.apply(m)) ++counters_->replica_refused;
   });
+  for (const QueueKey& key : backlog_) {
+    SetBacklog b;
+    if (b.key.assign(key.vhost, key.queue) != KeyFit::kFits) continue;
+    b.has_backlog = true;
+    if (!r.apply(b)) ++counters_->replica_refused;
+  }
   w->index = workers_.size();
   workers_.push_back(std::move(w));
   return out;
@@ -189,7 +195,7 @@ std::vector<QueueStatus> Control::queues(std::string_view vhost, std::optional<O
     ++matched;
     if (out.size() >= limit) return;
     out.push_back(QueueStatus{key, o, node_name_or_empty(e.placed), node_name_or_empty(e.learned),
-                              node_name_or_empty(e.pinned)});
+                              node_name_or_empty(e.pinned), backlog_.count(key) != 0});
   });
   std::sort(out.begin(), out.end(), [](const QueueStatus& a, const QueueStatus& b) {
     return a.key.vhost != b.key.vhost ? a.key.vhost < b.key.vhost : a.key.queue < b.key.queue;
@@ -199,7 +205,8 @@ std::vector<QueueStatus> Control::queues(std::string_view vhost, std::optional<O
 }
 
 QueueStatus Control::queue(std::string_view vhost, std::string_view queue) const {
-  QueueStatus s{QueueKey{std::string(vhost), std::string(queue)}, std::nullopt, {}, {}, {}};
+  QueueStatus s{QueueKey{std::string(vhost), std::string(queue)}, std::nullopt, {}, {}, {}, false};
+  s.backlog = backlog_.count(s.key) != 0;
   if (const OwnershipTable::Entry* e = table_.find(s.key)) {
     s.owner = table_.lookup(s.key);
     s.placed = node_name_or_empty(e->placed);
@@ -256,6 +263,20 @@ std::optional<OpError> Control::pin(std::span<const PinRequest> pins) {
   counters_->pins_applied += pins.size();
   mark_dirty();
   return std::nullopt;
+}
+
+void Control::set_backlog(std::string_view vhost, std::string_view queue, bool has_backlog) {
+  QueueKey key{std::string(vhost), std::string(queue)};
+  // The spill log holds only keys a session could name, which a message can carry.
+  if (key_fit(key.vhost, key.queue) != KeyFit::kFits) return;
+  const bool changed = has_backlog ? backlog_.insert(key).second : backlog_.erase(key) != 0;
+  if (!changed) return;
+  log_event(LogLevel::kInfo, has_backlog ? "queue_backlog" : "queue_backlog_delivered",
+            {{"vhost", key.vhost}, {"queue", key.queue}});
+  Delta d;
+  d.kind = has_backlog ? Delta::kSetBacklog : Delta::kClearBacklog;
+  d.key = std::move(key);
+  broadcast(d);
 }
 
 bool Control::unpin(std::string_view vhost, std::string_view queue) {
@@ -364,6 +385,14 @@ void Control::flush() {
         case Delta::kNodes:
           m = SetNodes{placements_.back().get()};
           break;
+        case Delta::kSetBacklog:
+        case Delta::kClearBacklog: {
+          SetBacklog b;
+          (void)b.key.assign(d.key.vhost, d.key.queue);  // checked in set_backlog()
+          b.has_backlog = d.kind == Delta::kSetBacklog;
+          m = b;
+          break;
+        }
       }
       if (!w->channel->to_worker.try_push(m)) break;
       ++w->sent;
@@ -506,6 +535,7 @@ Control::Summary Control::summary() const {
   s.pinned = table_.count(OwnerSource::kPinned);
   s.learned = table_.count(OwnerSource::kLearned);
   s.placed = table_.count(OwnerSource::kPlaced);
+  s.queues_with_backlog = backlog_.size();
   s.feed_enabled = config_.rabbitmq_feed.enabled;
   s.feed_polls = counters_->feed_polls;
   s.feed_failures = counters_->feed_failures;

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -69,6 +70,7 @@ struct QueueStatus {
   QueueKey key;
   std::optional<Owner> owner;
   std::string placed, learned, pinned;  // node names, empty when that source has none
+  bool backlog = false;                 // spilled messages wait for delivery (the drain barrier)
 };
 
 struct PinRequest {
@@ -123,6 +125,12 @@ class Control {
   // False when the queue had no pin.
   bool unpin(std::string_view vhost, std::string_view queue);
 
+  // The drain barrier (DESIGN section 6), from the spill log's backlog events: while a queue has
+  // spilled messages waiting, workers send its new sessions to the spill too, so that one
+  // producer's messages are never reordered across an outage. Tells every worker.
+  void set_backlog(std::string_view vhost, std::string_view queue, bool has_backlog);
+  size_t queues_with_backlog() const { return backlog_.size(); }
+
   // Run-time settings ("log_level", "health.interval_ms", ...): names in settings() order.
   std::vector<std::pair<std::string, std::string>> settings() const;
   std::optional<std::string> setting(std::string_view key) const;
@@ -155,6 +163,7 @@ class Control {
     int64_t feed_last_success_unix_ms = 0;
     int64_t started_unix_ms = 0;
     uint64_t placements = 0;
+    size_t queues_with_backlog = 0;
   };
   Summary summary() const;
   const GatewayConfig& config() const { return config_; }
@@ -210,6 +219,8 @@ class Control {
   // Every Placement sent to workers stays alive (they may still use an older one).
   std::vector<std::unique_ptr<Placement>> placements_;
   OwnershipTable table_;
+  // Queues with a spill backlog; bounded by the spill log's queues.
+  std::unordered_set<QueueKey, QueueKeyHash> backlog_;
   std::vector<std::unique_ptr<NodeRuntime>> nodes_;
   std::unordered_map<std::string, NodeIndex> broker_nodes_;
   std::vector<std::unique_ptr<WorkerState>> workers_;

@@ -56,7 +56,7 @@ struct Control::NodeRuntime {
 
 // One change for the workers, compact until it is turned into a ring message.
 struct Control::Delta {
-  enum Kind : uint8_t { kSetOwner, kClearOwner, kNodeState, kNodes };
+  enum Kind : uint8_t { kSetOwner, kClearOwner, kNodeState, kNodes, kSetBacklog, kClearBacklog };
   Kind kind = kSetOwner;
   NodeIndex node = kNoNode;
   OwnerSource source = OwnerSource::kPlaced;

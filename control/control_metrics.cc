@@ -124,6 +124,9 @@ std::string Control::metrics_text() const {
     e.sample("sluice_ownership_entries", "source=\"" + std::string(owner_source_name(s)) + "\"",
              double(table_.count(s)));
   }
+  e.family("sluice_queues_with_backlog", "gauge",
+           "Queues whose spilled messages wait for delivery (their new sessions spill too).");
+  e.sample("sluice_queues_with_backlog", "", double(backlog_.size()));
   e.family("sluice_ownership_queues_max", "gauge", "limits.queues_max.");
   e.sample("sluice_ownership_queues_max", "", config_.queues_max);
   e.family("sluice_placements_total", "counter", "Queues placed by the placement policy.");

@@ -275,6 +275,7 @@ node = "rabbit1"
         s = key_values(self.ctl("status").stdout)
         for key, want in [("gateway", "sluicectl-test"), ("nodes", "3"), ("queues", "1"),
                           ("pinned", "1"), ("learned", "0"), ("placed", "0"),
+                          ("queues_with_backlog", "0"),
                           ("log_level", "info"), ("placement_policy", "rendezvous"),
                           ("feed", "disabled"), ("workers", "1")]:
             check(s.get(key) == want, f"status {key}: {s.get(key)!r}, expected {want!r}\n{s}")
@@ -345,7 +346,8 @@ node = "rabbit1"
 
         s = key_values(self.ctl("queue", "show", "/", "invoices").stdout)
         check(s == {"vhost": "/", "queue": "invoices", "node": "rabbit2", "source": "pinned",
-                    "pinned": "rabbit2", "learned": "-", "placed": "-"}, f"queue show: {s}")
+                    "pinned": "rabbit2", "learned": "-", "placed": "-", "backlog": "false"},
+              f"queue show: {s}")
         j = self.ctl_json("queue", "show", "/", odd)
         check(j["queue"] == odd and j["node"] == "rabbit1" and j["learned"] is None,
               f"queue show --json of {odd!r}: {j}")

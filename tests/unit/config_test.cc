@@ -85,6 +85,18 @@ void expect_same_settings(const GatewayConfig& a, const GatewayConfig& b) {
   EXPECT_EQ(a.rabbitmq_feed.enabled, b.rabbitmq_feed.enabled);
   EXPECT_EQ(a.rabbitmq_feed.interval_ms, b.rabbitmq_feed.interval_ms);
   EXPECT_EQ(a.rabbitmq_feed.timeout_ms, b.rabbitmq_feed.timeout_ms);
+  EXPECT_EQ(a.spill.dir, b.spill.dir);
+  EXPECT_EQ(a.spill.max_bytes, b.spill.max_bytes);
+  EXPECT_EQ(a.spill.segment_bytes, b.spill.segment_bytes);
+  EXPECT_EQ(a.spill.queue_messages_max, b.spill.queue_messages_max);
+  EXPECT_EQ(a.spill.queue_bytes_max, b.spill.queue_bytes_max);
+  EXPECT_EQ(a.spill.on_full, b.spill.on_full);
+  EXPECT_EQ(a.drain.window, b.drain.window);
+  EXPECT_EQ(a.drain.rate_per_second, b.drain.rate_per_second);
+  EXPECT_EQ(a.drain.backoff_base_ms, b.drain.backoff_base_ms);
+  EXPECT_EQ(a.drain.backoff_max_ms, b.drain.backoff_max_ms);
+  EXPECT_EQ(a.drain.connect_timeout_ms, b.drain.connect_timeout_ms);
+  EXPECT_EQ(a.drain.receipt_timeout_ms, b.drain.receipt_timeout_ms);
 }
 
 TEST(ConfigExample, LoadsAndDocumentsTheDefaults) {
@@ -112,6 +124,33 @@ TEST(ConfigExample, LoadsAndDocumentsTheDefaults) {
   EXPECT_EQ(c.pins[0].vhost, "/");
   EXPECT_EQ(c.pins[0].queue, "orders");
   EXPECT_EQ(c.pins[0].node, "rabbit1");
+}
+
+TEST(Config, SpillAndDrainSectionsAreRead) {
+  GatewayConfig c = must_parse(
+      "[gateway]\nstate_dir = \"/srv/sluice\"\n[spill]\nmax_bytes = 1073741824\n"
+      "segment_bytes = 8388608\nqueue_messages_max = 5000\nqueue_bytes_max = 65536\n"
+      "on_full = \"drop-oldest\"\n[drain]\nlogin = \"gw\"\npasscode_file = \"/etc/p\"\n"
+      "window = 8\nrate_per_second = 100\nbackoff_base_ms = 10\nbackoff_max_ms = 10\n"
+      "connect_timeout_ms = 300\nreceipt_timeout_ms = 400\n" +
+      std::string(kOneNode));
+  EXPECT_EQ(c.spill_dir(), "/srv/sluice/spill");
+  EXPECT_EQ(c.spill.max_bytes, 1u << 30);
+  EXPECT_EQ(c.spill.segment_bytes, 8u << 20);
+  EXPECT_EQ(c.spill.queue_messages_max, 5000u);
+  EXPECT_EQ(c.spill.queue_bytes_max, 65536u);
+  EXPECT_EQ(c.spill.on_full, SpillOnFull::kDropOldest);
+  EXPECT_EQ(spill_on_full_name(c.spill.on_full), "drop-oldest");
+  EXPECT_EQ(c.drain.login, "gw");
+  EXPECT_EQ(c.drain.passcode_file, "/etc/p");
+  EXPECT_EQ(c.drain.window, 8u);
+  EXPECT_EQ(c.drain.rate_per_second, 100u);
+  EXPECT_EQ(c.drain.backoff_base_ms, 10u);
+  EXPECT_EQ(c.drain.backoff_max_ms, 10u);
+  EXPECT_EQ(c.drain.connect_timeout_ms, 300u);
+  EXPECT_EQ(c.drain.receipt_timeout_ms, 400u);
+  GatewayConfig d = must_parse("[spill]\ndir = \"/data/spill\"\n" + std::string(kOneNode));
+  EXPECT_EQ(d.spill_dir(), "/data/spill");
 }
 
 TEST(Config, PinsNameTheirNodeAndTakeTheDefaultVhost) {
@@ -164,7 +203,20 @@ TEST(ConfigExample, MentionsEveryKey) {
                           "[[pins]]",
                           "vhost =",
                           "queue =",
-                          "node ="}) {
+                          "node =",
+                          "[spill]",
+                          "dir =",
+                          "max_bytes =",
+                          "segment_bytes =",
+                          "queue_messages_max =",
+                          "queue_bytes_max =",
+                          "on_full =",
+                          "[drain]",
+                          "window =",
+                          "rate_per_second =",
+                          "backoff_base_ms =",
+                          "backoff_max_ms =",
+                          "receipt_timeout_ms ="}) {
     EXPECT_NE(text.find(key), std::string::npos) << key;
   }
 }
@@ -296,6 +348,16 @@ void add_integer_cases(std::vector<BadValue>* out) {
       {"[feed.rabbitmq]\n", "interval_ms", "feed.rabbitmq.interval_ms", 100, 3'600'000},
       {"[feed.rabbitmq]\n", "timeout_ms", "feed.rabbitmq.timeout_ms", 10, 3'600'000},
       {kNodePrefix + "address = \"127.0.0.1:1\"\n", "weight", "nodes[1].weight", 1, 10'000},
+      {"[spill]\n", "segment_bytes", "spill.segment_bytes", 1 << 20, int64_t(4) << 30},
+      {"[spill]\n", "max_bytes", "spill.max_bytes", 1, int64_t(1) << 50},
+      {"[spill]\n", "queue_messages_max", "spill.queue_messages_max", 1, int64_t(1) << 40},
+      {"[spill]\n", "queue_bytes_max", "spill.queue_bytes_max", 1, int64_t(1) << 50},
+      {"[drain]\n", "window", "drain.window", 1, 4096},
+      {"[drain]\n", "rate_per_second", "drain.rate_per_second", 0, 10'000'000},
+      {"[drain]\n", "backoff_base_ms", "drain.backoff_base_ms", 1, 3'600'000},
+      {"[drain]\n", "backoff_max_ms", "drain.backoff_max_ms", 1, 3'600'000},
+      {"[drain]\n", "connect_timeout_ms", "drain.connect_timeout_ms", 1, 3'600'000},
+      {"[drain]\n", "receipt_timeout_ms", "drain.receipt_timeout_ms", 1, 3'600'000},
   };
   for (const IntKey& k : keys) {
     const uint32_t line = uint32_t(std::count(k.table.begin(), k.table.end(), '\n')) + 1;
@@ -458,6 +520,30 @@ std::vector<BadValue> bad_values() {
        "must not contain ':'"},
       {"feed_rabbitmq_passcode_file_type", "[feed.rabbitmq]\npasscode_file = {}\n", 2,
        "feed.rabbitmq.passcode_file", "must be a string, not a table"},
+      // [spill]
+      {"spill_not_table", "spill = 1\n", 1, "spill", "must be a table"},
+      {"spill_unknown_key", "[spill]\nsize = 1\n", 2, "spill.size", "unknown key"},
+      {"spill_dir_empty", "[spill]\ndir = \"\"\n", 2, "spill.dir", "must not be empty"},
+      {"spill_on_full_bad", "[spill]\non_full = \"drop\"\n", 2, "spill.on_full",
+       "must be \"refuse\" or \"drop-oldest\""},
+      {"spill_on_full_type", "[spill]\non_full = 1\n", 2, "spill.on_full",
+       "must be a string, not an integer"},
+      {"spill_segment_below_frame",
+       "[limits]\nframe_bytes_max = 2000000\n[spill]\nsegment_bytes = 1048576\n", 4,
+       "spill.segment_bytes", "must hold the largest message"},
+      {"spill_max_below_two_segments", "[spill]\nmax_bytes = 100000000\n", 2, "spill.max_bytes",
+       "at least two segments: 2 x segment_bytes = 134217728 (128 MiB)"},
+      // [drain]
+      {"drain_unknown_key", "[drain]\npasscode = \"x\"\n", 2, "drain.passcode", "unknown key"},
+      {"drain_login_type", "[drain]\nlogin = 1\n", 2, "drain.login", "must be a string"},
+      {"drain_login_newline", "[drain]\nlogin = \"a\\nb\"\n", 2, "drain.login",
+       "must not contain CR, LF or NUL"},
+      {"drain_passcode_file_type", "[drain]\npasscode_file = []\n", 2, "drain.passcode_file",
+       "must be a string, not an array"},
+      {"drain_backoff_max_below_base", "[drain]\nbackoff_base_ms = 500\nbackoff_max_ms = 100\n", 3,
+       "drain.backoff_max_ms", "at least backoff_base_ms (500)"},
+      {"drain_backoff_base_above_max", "[drain]\nbackoff_base_ms = 40000\n", 2,
+       "drain.backoff_base_ms", "at least backoff_base_ms (40000)"},
       // [[pins]] (after the one node: the pin's table starts on line 4)
       {"pins_type", "pins = 1\n" + std::string(kOneNode), 1, "pins", "must be an array of tables"},
       {"pin_unknown_key",

@@ -103,6 +103,38 @@ TEST_F(ControlTest, AttachedWorkerStartsWithWhatWasDecided) {
   EXPECT_EQ(route.source, OwnerSource::kPinned);
 }
 
+TEST_F(ControlTest, BacklogEventsSetTheDrainBarrierInEveryReplica) {
+  Control& c = make();
+  ASSERT_EQ(c.load_state(), std::nullopt);
+  Control::Worker w0 = c.attach_worker();
+  c.start();
+  c.set_backlog("/", "orders", true);
+  c.set_backlog("/", "orders", true);  // no change: nothing more is sent
+  ASSERT_TRUE(run_until([&] {
+    drain(w0);
+    return w0.replica->lookup("/", "orders").backlog;
+  }));
+  EXPECT_EQ(c.queues_with_backlog(), 1u);
+  EXPECT_TRUE(c.queue("/", "orders").backlog);
+  EXPECT_EQ(c.summary().queues_with_backlog, 1u);
+  // A worker attached later starts with the barrier set.
+  Control::Worker w1 = c.attach_worker();
+  EXPECT_TRUE(w1.replica->lookup("/", "orders").backlog);
+  c.set_backlog("/", "orders", false);
+  ASSERT_TRUE(run_until([&] {
+    drain(w0);
+    return !w0.replica->lookup("/", "orders").backlog;
+  }));
+  EXPECT_EQ(c.queues_with_backlog(), 0u);
+  EXPECT_FALSE(c.queue("/", "orders").backlog);
+  EXPECT_NE(log_.find("event=queue_backlog vhost=/ queue=orders"), std::string::npos) << log_;
+  EXPECT_NE(log_.find("event=queue_backlog_delivered vhost=/ queue=orders"), std::string::npos);
+  EXPECT_NE(c.metrics_text().find("sluice_queues_with_backlog 0"), std::string::npos);
+  // A key no message can carry is ignored (the spill log never holds one).
+  c.set_backlog(std::string(300, 'v'), "q", true);
+  EXPECT_EQ(c.queues_with_backlog(), 0u);
+}
+
 TEST_F(ControlTest, WorkerPlacementIsRecordedAndSentToTheOtherWorkers) {
   Control& c = make();
   ASSERT_EQ(c.load_state(), std::nullopt);

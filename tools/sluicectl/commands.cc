@@ -151,10 +151,14 @@ int status(const Options& o) {
   const Json& j = std::get<Json>(r);
   if (o.json) return print_json(j);
   // The order a person reads a summary in; members added to the API later follow.
-  static constexpr const char* kOrder[] = {
-      "gateway", "version",  "started",    "uptime_s",         "workers",
-      "nodes",   "nodes_up", "queues",     "queues_max",       "pinned",
-      "learned", "placed",   "placements", "placement_policy", "log_level"};
+  static constexpr const char* kOrder[] = {"gateway",          "version",
+                                           "started",          "uptime_s",
+                                           "workers",          "nodes",
+                                           "nodes_up",         "queues",
+                                           "queues_max",       "pinned",
+                                           "learned",          "placed",
+                                           "placements",       "queues_with_backlog",
+                                           "placement_policy", "log_level"};
   Json rest = j;
   const Json feed = rest.contains("feed") ? rest["feed"] : Json();
   rest.erase("feed");
@@ -232,8 +236,8 @@ int queue_show(const Options& o, const std::string& vhost, const std::string& qu
   if (auto* code = std::get_if<int>(&r)) return *code;
   const Json& j = std::get<Json>(r);
   if (o.json) return print_json(j);
-  static constexpr const char* kOrder[] = {"vhost",  "queue",   "node",  "source",
-                                           "pinned", "learned", "placed"};
+  static constexpr const char* kOrder[] = {"vhost",  "queue",   "node",   "source",
+                                           "pinned", "learned", "placed", "backlog"};
   out(key_value_lines(ordered_lines(j, kOrder)));
   return kExitOk;
 }
