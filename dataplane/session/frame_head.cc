@@ -250,72 +250,84 @@ struct HeadLines {
 // the carry from each line start runs through N and stops at the line's first colon, or at its
 // LF when it has none. So R & E flags a line without a colon, C & S a line with an empty name,
 // and R & C is every line's first colon (for content-length). The blank line is the first
-// terminator right after a terminator; the words are walked until it is found. The slots are
-// left for index_plain_head(): a lookup fills them when it first needs them. False: the
+// terminator right after a terminator. The words are computed and walked one after the other,
+// the state in registers, until it is found; `m` holds the first word's masks. The slots are
+// left for Frame::index(): a lookup fills them when it first needs them. False: the
 // line-by-line path decides.
 template <typename Isa>
-[[gnu::always_inline]] inline bool plain_head(std::string_view buf, HeadMasks<Isa>& h, size_t first,
+[[gnu::always_inline]] inline bool plain_head(std::string_view buf, HeadBlock m, size_t first,
                                               const FrameLimits& limits, HeadLines* out) {
   // The command line is at most 13 bytes, so the head starts in the first word.
   constexpr unsigned kClNameBytes = 14;  // "content-length"
+  const char* const p = buf.data();
+  const size_t base_end = std::min<size_t>(buf.size() >> 6, HeadMasks<Isa>::kBlocks) << 6;
   uint64_t bad = 0;
   uint64_t region = ~uint64_t{0} << first;
-  uint64_t term_carry = 0;  // bit 0: a terminator ends the previous word
+  uint64_t t_prev = 0;  // the terminators of the previous word
   uint64_t starts_prev = 0;
-  bool add_carry = false;  // the carry of R out of the previous word
-  size_t count = 0;
+  unsigned char add_carry = 0;  // the carry of R out of the previous word
+  uint64_t count = 0;
   size_t cl_colon = kNotFound;  // the first colon of the first line named content-length
-  size_t blank = kNotFound;
-  for (size_t b = 0;; ++b) {
-    if (!h.ensure(b)) return false;
-    const size_t base = b * 64;
-    const uint64_t t = h.term[b];
+  size_t base = 0;
+  uint64_t pairs;
+  for (;;) {
+    const uint64_t t = m.term;
     // Every byte after a terminator; in the first word that includes `first`, after the LF
     // that ends the command line.
-    const uint64_t starts_all = (t << 1) | term_carry;
-    const uint64_t pairs = t & starts_all & region;
-    if (pairs != 0) {
-      blank = base + size_t(__builtin_ctzll(pairs));
-      region &= (pairs & (~pairs + 1)) - 1;  // bits below the blank line's LF
-    }
+    const uint64_t starts_all = (t << 1) | (t_prev >> 63);
+    pairs = t & starts_all & region;
+    region &= (pairs & (~pairs + 1)) - 1;  // bits below the blank line's LF, if in this word
     const uint64_t starts = starts_all & region;
-    term_carry = t >> 63;
     const uint64_t ends = t & region;
-    const uint64_t colons = h.colon[b] & region;
+    const uint64_t colons = m.colon & region;
     const uint64_t plain = region & ~t & ~colons;
-    uint64_t r;
-    const bool c1 = __builtin_add_overflow(plain, starts, &r);
-    const bool c2 = __builtin_add_overflow(r, uint64_t{add_carry}, &r);
-    add_carry = c1 || c2;
-    const uint64_t first_colons = r & colons;
-    bad |= ((h.odd[b] | h.nul[b]) & region) | (colons & starts) | (r & ends);
+    unsigned long long r;
+    add_carry = _addcarry_u64(add_carry, plain, starts, &r);
+    bad |= ((m.odd | m.nul) & region) | (colons & starts) | (r & ends);
     count += Isa::popcount(ends);
     // A first colon 14 bytes after a line start: a name as long as "content-length".
     const uint64_t name14 =
-        first_colons & ((starts << kClNameBytes) | (starts_prev >> (64 - kClNameBytes)));
+        r & colons & ((starts << kClNameBytes) | (starts_prev >> (64 - kClNameBytes)));
     starts_prev = starts;
-    if (name14 != 0 && cl_colon == kNotFound) {
+    if (name14 != 0 && cl_colon == kNotFound) [[unlikely]] {
       for (uint64_t w = name14; w != 0; w &= w - 1) {
         const size_t at = base + size_t(__builtin_ctzll(w));
-        if (std::memcmp(buf.data() + at - kClNameBytes, "content-length", kClNameBytes) == 0) {
+        if (std::memcmp(p + at - kClNameBytes, "content-length", kClNameBytes) == 0) {
           cl_colon = at;
           break;
         }
       }
     }
-    if (blank != kNotFound) break;
+    if (pairs != 0) break;
+    t_prev = t;
+    base += 64;
+    if (base >= base_end) return false;
+    m = Isa::block(p + base);
     region = ~uint64_t{0};
   }
   // blank is the LF of the empty line (a NUL there is left to the general path). A head no
   // longer than the line limit holds no line over it; longer heads are checked line by line.
+  const size_t blank = base + size_t(__builtin_ctzll(pairs));
   if (bad != 0 || count > limits.header_count_max || blank >= limits.frame_bytes_max - 1 ||
-      buf[blank] != '\n' || blank - first > limits.header_line_bytes_max) {
+      p[blank] != '\n' || blank - first > limits.header_line_bytes_max) {
     return false;
   }
   int64_t length = -1;
   if (cl_colon != kNotFound) {
-    const size_t end = h.next(h.term, cl_colon);
-    if (!content_length_digits(buf, cl_colon + 1, end, &length)) return false;
+    // The value ends at the first terminator after the colon, before `blank`: from the masks
+    // of the last two words (no load on the path to the next frame), else from the bytes.
+    const size_t from = cl_colon + 1;
+    size_t end;
+    if (cl_colon >= base) {
+      end = base + size_t(__builtin_ctzll(m.term & (~uint64_t{0} << (cl_colon - base))));
+    } else if (cl_colon + 64 >= base) {
+      const uint64_t w = t_prev & (~uint64_t{0} << (cl_colon + 64 - base));
+      end =
+          w != 0 ? base - 64 + size_t(__builtin_ctzll(w)) : base + size_t(__builtin_ctzll(m.term));
+    } else {
+      end = size_t(static_cast<const char*>(std::memchr(p + from, '\n', blank - cl_colon)) - p);
+    }
+    if (!content_length_digits(buf, from, end, &length)) return false;
   }
   out->body_start = blank + 1;
   out->count = uint32_t(count);
@@ -362,53 +374,79 @@ bool crlf_head(std::string_view buf, HeadMasks<Isa>& h, size_t first, const Fram
 }
 
 template <typename Isa>
-[[gnu::always_inline]] inline bool scan_head(std::string_view buf, const FrameLimits& limits,
-                                             HeaderSlot* slots, FrameHead* out) {
-  HeadMasks<Isa> h(buf);
-  if (!h.ensure(0)) return false;
-  const uint64_t t0 = h.term[0];
+[[gnu::always_inline]] inline bool scan_head(
+    std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out,
+    bool (*by_lines)(std::string_view, size_t, const FrameLimits&, HeaderSlot*, HeadLines*)) {
+  if (buf.size() < 64) return false;
+  const HeadBlock m = Isa::block(buf.data());
+  const uint64_t t0 = m.term;
   if (t0 == 0) return false;
   const size_t cmd_end = size_t(__builtin_ctzll(t0));
-  if (cmd_end > kCommandLineBytesMax || ((h.nul[0] >> cmd_end) & 1) != 0) return false;
+  if (cmd_end > kCommandLineBytesMax || ((m.nul >> cmd_end) & 1) != 0) return false;
   size_t cmd_len = cmd_end;
-  if (const uint64_t o = h.odd[0] & ((uint64_t{1} << cmd_end) - 1); o != 0) {
+  if (const uint64_t o = m.odd & ((uint64_t{1} << cmd_end) - 1); o != 0) {
     if (o != uint64_t{1} << (cmd_end - 1) || buf[cmd_end - 1] != '\r') return false;
     cmd_len = cmd_end - 1;
   }
-  std::optional<Command> c;
-  if (cmd_len == 4 && std::memcmp(buf.data(), "SEND", 4) == 0) {
-    c = Command::kSend;  // the frame that matters for throughput, without the general lookup
-  } else {
-    c = parse_command(buf.substr(0, cmd_len));
-    if (!c) return false;
-  }
+  // SEND, the frame that matters for throughput, without the general lookup (which is left
+  // until after the head, so no vector state lives across the call).
+  const bool send = cmd_len == 4 && std::memcmp(buf.data(), "SEND", 4) == 0;
   const size_t first = cmd_end + 1;
   HeadLines lines;
   bool indexed = false;
-  if (!plain_head(buf, h, first, limits, &lines)) {
-    if (!crlf_head(buf, h, first, limits, slots, &lines)) return false;
+  if (!plain_head<Isa>(buf, m, first, limits, &lines)) [[unlikely]] {
+    // CR LF line ends (or something the general path must judge): line by line.
+    if (!by_lines(buf, first, limits, slots, &lines)) return false;
     indexed = true;
   }
-  *out = FrameHead{*c, first, lines.body_start, lines.count, lines.length, indexed};
+  Command c = Command::kSend;
+  if (!send) {
+    const std::optional<Command> named = parse_command(buf.substr(0, cmd_len));
+    if (!named) return false;
+    c = *named;
+  }
+  *out = FrameHead{c, first, lines.body_start, lines.count, lines.length, indexed};
   return true;
 }
 
 // One copy of the whole head scan per vector width, everything inlined into it, so the
-// per-block mask code is not an indirect call.
+// per-block mask code is not an indirect call. The line-by-line scan is a function of its own:
+// its 1 KiB of masks would otherwise widen the common path's stack frame.
+[[gnu::noinline, gnu::flatten]] bool head_by_lines_sse2(std::string_view buf, size_t first,
+                                                        const FrameLimits& limits,
+                                                        HeaderSlot* slots, HeadLines* lines) {
+  HeadMasks<IsaSse2> h(buf);
+  return crlf_head(buf, h, first, limits, slots, lines);
+}
+
 [[gnu::flatten]] bool scan_frame_head_sse2(std::string_view buf, const FrameLimits& limits,
                                            HeaderSlot* slots, FrameHead* out) {
-  return scan_head<IsaSse2>(buf, limits, slots, out);
+  return scan_head<IsaSse2>(buf, limits, slots, out, head_by_lines_sse2);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+[[gnu::noinline, gnu::flatten, gnu::target("avx2,popcnt,bmi,bmi2")]] bool head_by_lines_avx2(
+    std::string_view buf, size_t first, const FrameLimits& limits, HeaderSlot* slots,
+    HeadLines* lines) {
+  HeadMasks<IsaAvx2> h(buf);
+  return crlf_head(buf, h, first, limits, slots, lines);
+}
+
+[[gnu::noinline, gnu::flatten, gnu::target("avx512bw,popcnt,bmi,bmi2")]] bool head_by_lines_avx512(
+    std::string_view buf, size_t first, const FrameLimits& limits, HeaderSlot* slots,
+    HeadLines* lines) {
+  HeadMasks<IsaAvx512> h(buf);
+  return crlf_head(buf, h, first, limits, slots, lines);
+}
+
 [[gnu::flatten, gnu::target("avx2,popcnt,bmi,bmi2")]] bool scan_frame_head_avx2(
     std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out) {
-  return scan_head<IsaAvx2>(buf, limits, slots, out);
+  return scan_head<IsaAvx2>(buf, limits, slots, out, head_by_lines_avx2);
 }
 
 [[gnu::flatten, gnu::target("avx512bw,popcnt,bmi,bmi2")]] bool scan_frame_head_avx512(
     std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out) {
-  return scan_head<IsaAvx512>(buf, limits, slots, out);
+  return scan_head<IsaAvx512>(buf, limits, slots, out, head_by_lines_avx512);
 }
 
 ScanFrameHeadFn pick_scan_frame_head() {

@@ -142,6 +142,28 @@ ParseResult Parser::fail(ParseError e) {
 }
 
 ParseResult Parser::parse(std::string_view buf) {
+#if defined(__SSE2__)
+  // Most frames arrive whole with plain headers: between frames, with a frame's first bytes
+  // (not a heart-beat) in hand, one bitmask pass and no state switch. Anything unusual, or a
+  // frame not yet all there, goes through the general incremental path, which gives the same
+  // result for every input the fast path accepts.
+  if (state_ == State::kGap && buf.size() >= 64 && buf[0] != '\n' && buf[0] != '\r') {
+    detail::FrameHead head;
+    if (detail::scan_frame_head(buf, limits_, slots_.get(), &head)) {
+      if (const size_t nul = whole_frame(buf, head); nul != kNotFound) {
+        return complete_fast(buf, head, nul);
+      }
+      adopt(head);
+      return end_headers(buf);
+    }
+    state_ = State::kCommand;
+    pos_ = 0;
+  }
+#endif
+  return parse_general(buf);
+}
+
+ParseResult Parser::parse_general(std::string_view buf) {
   switch (state_) {
     case State::kError:
       return ParseResult{ParseResult::Status::kError, error_, 0};
@@ -155,12 +177,7 @@ ParseResult Parser::parse(std::string_view buf) {
         }
         return fail(ParseError::kUnknownCommand);
       }
-#if defined(__SSE2__)
-      // Most frames arrive whole with plain headers: one bitmask pass. Anything unusual, or a
-      // frame not yet all there, goes through the general incremental path, which gives the
-      // same result for every input the fast path accepts.
-      if (head_fast(buf)) return end_headers(buf);
-#endif
+      // Shorter than a whole 64-byte block: the bitmask pass does not apply.
       state_ = State::kCommand;
       pos_ = 0;
       return scan_command(buf);
@@ -302,9 +319,48 @@ inline ParseResult Parser::end_headers(std::string_view buf) {
 }
 
 #if defined(__SSE2__)
-bool Parser::head_fast(std::string_view buf) {
-  detail::FrameHead head;
-  if (!detail::scan_frame_head(buf, limits_, slots_.get(), &head)) return false;
+inline size_t Parser::whole_frame(std::string_view buf, const detail::FrameHead& head) const {
+  const bool body_allowed = head.command == Command::kSend || command_allows_body(head.command);
+  if (head.length >= 0) {
+    // Every limit end_headers() checks; a frame over one goes there for its error.
+    const size_t nul = head.body_start + size_t(head.length);
+    if ((head.length > 0 && !body_allowed) || head.length > int64_t(limits_.body_bytes_max) ||
+        nul + 1 > limits_.frame_bytes_max || nul >= buf.size() || buf[nul] != '\0') {
+      return kNotFound;
+    }
+    return nul;
+  }
+  if (!body_allowed) {
+    return head.body_start < buf.size() && buf[head.body_start] == '\0' ? head.body_start
+                                                                        : kNotFound;
+  }
+  // As scan_body(): the NUL may come no later than `last`.
+  const size_t last =
+      std::min(head.body_start + limits_.body_bytes_max, size_t(limits_.frame_bytes_max) - 1);
+  const size_t to = std::min(buf.size(), last + 1);
+  if (head.body_start >= to) return kNotFound;
+  const void* hit = std::memchr(buf.data() + head.body_start, '\0', to - head.body_start);
+  return hit ? size_t(static_cast<const char*>(hit) - buf.data()) : kNotFound;
+}
+
+inline ParseResult Parser::complete_fast(std::string_view buf, const detail::FrameHead& head,
+                                         size_t nul_index) {
+  frame_.bytes_ = std::string_view(buf.data(), nul_index + 1);
+  frame_.slots_ = slots_.get();
+  frame_.header_count_ = head.count;
+  frame_.body_off_ = uint32_t(head.body_start);
+  frame_.body_len_ = uint32_t(nul_index - head.body_start);
+  frame_.command_ = head.command;
+  // SEND escapes its headers: no call into the command table for the common frame.
+  frame_.escaped_ = version_ >= Version::k1_1 &&
+                    (head.command == Command::kSend || command_escapes_headers(head.command));
+  frame_.names_escaped_ = false;
+  frame_.indexed_ = head.indexed;
+  frame_.first_line_ = uint32_t(head.first_line);
+  return ParseResult{ParseResult::Status::kFrame, ParseError::kNone, nul_index + 1};
+}
+
+void Parser::adopt(const detail::FrameHead& head) {
   command_ = head.command;
   // SEND escapes its headers: no call into the command table for the common frame.
   escaped_ = version_ >= Version::k1_1 &&
@@ -315,7 +371,6 @@ bool Parser::head_fast(std::string_view buf) {
   first_line_ = head.first_line;
   content_length_ = head.length;
   body_start_ = pos_ = head.body_start;
-  return true;
 }
 #endif
 

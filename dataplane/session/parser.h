@@ -19,6 +19,7 @@ struct Header {
 };
 
 namespace detail {
+struct FrameHead;
 // Offsets relative to the frame's first byte. The name is [name_off, colon_off), the value
 // (colon_off, value_end): the three positions a line scan finds, stored as found.
 struct HeaderSlot {
@@ -127,13 +128,22 @@ class Parser {
   enum class State : uint8_t { kGap, kCommand, kHeaders, kBody, kError };
 
   ParseResult fail(ParseError e);
+  // Every state and every frame the fast path in parse() leaves (kept out of line, so that
+  // path stays short).
+  [[gnu::noinline]] ParseResult parse_general(std::string_view buf);
   ParseResult scan_command(std::string_view buf);
   ParseResult scan_headers(std::string_view buf);
   ParseResult end_headers(std::string_view buf);
   ParseResult scan_body(std::string_view buf);
-  // The command line and headers of a frame that lies whole in buf and holds nothing unusual,
-  // in one bitmask pass; false (nothing decided) sends the frame through the general path.
-  bool head_fast(std::string_view buf);
+  // For a head the bitmask pass accepted (detail::scan_frame_head: a frame starting at buf[0]
+  // whose command line and headers lie whole in buf and hold nothing unusual): the index of
+  // the frame's NUL when the whole frame is there and within every limit, else ~0 (the body
+  // is still arriving, or end_headers() has an error to give).
+  size_t whole_frame(std::string_view buf, const detail::FrameHead& head) const;
+  // The frame of such a head, straight from it: the state stays kGap.
+  ParseResult complete_fast(std::string_view buf, const detail::FrameHead& head, size_t nul_index);
+  // Takes such a head as the frame in progress, its body to be scanned by end_headers().
+  void adopt(const detail::FrameHead& head);
   ParseResult complete(std::string_view buf, size_t nul_index);
   bool take_header(std::string_view buf, size_t line_end, ParseError* error);
 

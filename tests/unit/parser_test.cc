@@ -1093,6 +1093,36 @@ TEST(ParserTest, FastPathRejectsWhatBytewiseParseRejects) {
     EXPECT_TRUE(FastPathMatchesBytewise(f, names)) << ::testing::PrintToString(f);
 }
 
+// The fast path checks a head 64 bytes at a time: a defect, or the content-length line, must
+// count wherever it falls in a block, including the first bytes of a later block (the ones the
+// command line covers in the first block).
+TEST(ParserTest, FastPathJudgesEveryOffsetOfMultiBlockHeads) {
+  const std::array<std::string_view, 2> names = {"destination", "content-length"};
+  const std::array<std::string, 7> defects = {"name:va\rlue\n"s,
+                                              "name:v\0alue\n"s,
+                                              "na\\qme:value\n"s,
+                                              "nocolon\n"s,
+                                              ":value\n"s,
+                                              "content-length:1x\n"s,
+                                              "content-length:12345678901\n"s};
+  for (size_t pad = 0; pad < 200; ++pad) {
+    const std::string lead = "SEND\ndestination:/queue/a\nx-pad:" + std::string(pad, 'p') + "\n";
+    // The content-length line at this offset: the body holds a NUL before its end, so a
+    // missed content-length gives a different frame.
+    const std::string body = "ab\0cd"s;
+    EXPECT_TRUE(
+        FastPathMatchesBytewise(lead + "content-length:5\nreceipt:r\n\n" + body + '\0', names))
+        << "pad " << pad;
+    EXPECT_TRUE(
+        FastPathMatchesBytewise(lead + "content-length:0000000005\n\n" + body + '\0', names))
+        << "pad " << pad;
+    for (const std::string& d : defects) {
+      EXPECT_TRUE(FastPathMatchesBytewise(lead + d + "receipt:r\n\nx" + '\0', names))
+          << "pad " << pad << " defect " << ::testing::PrintToString(d);
+    }
+  }
+}
+
 TEST(ParserTest, HeadOfFastPathFrameAnswersLookupsWhileBodyArrives) {
   const std::string head = "SEND\ndestination:/queue/orders\ncontent-length:200\nreceipt:r\n\n";
   const std::string bytes = head + std::string(40, 'b');  // body incomplete, head in one block
