@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/control_internal.h"
+#include "control/log.h"
 
 namespace sluice::control {
 namespace {
@@ -200,7 +201,9 @@ AdminResponse AdminApi::handle(const AdminRequest& r) {
   const std::string& p = r.path;
   if (p == "/metrics") {
     if (r.method != "GET") return method_not_allowed(r, "GET");
-    return AdminResponse{200, "text/plain; version=0.0.4; charset=utf-8", control_.metrics_text()};
+    std::string text = control_.metrics_text();
+    if (spill_ != nullptr) text += spill_->metrics_text();
+    return AdminResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(text)};
   }
   if (p == "/v1/status") return status(r);
   if (p == "/v1/nodes" || p.starts_with("/v1/nodes/")) return nodes(r);
@@ -209,6 +212,7 @@ AdminResponse AdminApi::handle(const AdminRequest& r) {
   if (p == "/v1/pins") return pins(r);
   if (p == "/v1/settings" || p.starts_with("/v1/settings/")) return settings(r);
   if (p == "/v1/reload") return reload(r);
+  if (p == "/v1/spill" || p.starts_with("/v1/spill/")) return spill(r);
   return error(404, "no endpoint " + p + "; see the Admin API section of the README");
 }
 
@@ -406,6 +410,66 @@ AdminResponse AdminApi::reload(const AdminRequest& r) {
   if (!reload_) return error(501, "this server cannot reload its config");
   if (std::optional<std::string> e = reload_()) return error(400, *e);
   return reply(200, json{{"reloaded", true}});
+}
+
+// GET /v1/spill; POST /v1/spill/drain?vhost&queue; POST /v1/spill/purge?vhost&queue&confirm=yes.
+AdminResponse AdminApi::spill(const AdminRequest& r) {
+  if (spill_ == nullptr) return error(503, "the spill log is not running");
+  const GatewayConfig& c = control_.config();
+  auto node_name = [&c](std::optional<uint32_t> n) {
+    return n && *n < c.nodes.size() ? json(c.nodes[*n].name) : json(nullptr);
+  };
+  if (r.path == "/v1/spill") {
+    if (r.method != "GET") return method_not_allowed(r, "GET");
+    const SpillTotals t = spill_->totals();
+    json list = json::array();
+    for (const SpillQueueInfo& q : spill_->queues()) {
+      // The owner as control decides it now; the drainer's node when it is sending.
+      QueueStatus s = control_.queue(q.vhost, q.queue);
+      json owner = s.owner ? node_name(s.owner->node) : json(nullptr);
+      list.push_back(
+          json{{"vhost", q.vhost},
+               {"queue", q.queue},
+               {"messages", q.messages},
+               {"bytes", q.bytes},
+               {"pending", q.pending},
+               {"oldest_age_s",
+                q.oldest_age_ms < 0 ? json(nullptr) : json(double(q.oldest_age_ms) / 1000)},
+               {"owner", owner},
+               {"state", q.state}});
+    }
+    return reply(200, json{{"dir", t.dir},
+                           {"messages", t.messages},
+                           {"bytes", t.bytes},
+                           {"max_bytes", t.max_bytes},
+                           {"queues", list}});
+  }
+  const std::string action = r.path.substr(std::string_view("/v1/spill/").size());
+  if (action != "drain" && action != "purge") {
+    return error(404, "no endpoint " + r.path + "; spill actions are drain and purge");
+  }
+  if (r.method != "POST") return method_not_allowed(r, "POST");
+  const std::string* vhost = query(r, "vhost");
+  const std::string* name = query(r, "queue");
+  if (vhost == nullptr || name == nullptr) {
+    return error(400,
+                 "vhost and queue are required: /v1/spill/" + action + "?vhost=%2F&queue=orders");
+  }
+  const std::string where = "queue \"" + *name + "\" in vhost \"" + *vhost + "\"";
+  if (action == "drain") {
+    if (!spill_->drain_now(*vhost, *name)) return error(404, where + " has no spill backlog");
+    log_event(LogLevel::kInfo, "spill_drain_requested", {{"vhost", *vhost}, {"queue", *name}});
+    return reply(200, json{{"vhost", *vhost}, {"queue", *name}, {"drain", "requested"}});
+  }
+  const std::string* confirm = query(r, "confirm");
+  if (confirm == nullptr || *confirm != "yes") {
+    return error(400, "purge drops the messages for good: add confirm=yes (sluicectl: --yes)");
+  }
+  std::optional<uint64_t> purged = spill_->purge(*vhost, *name);
+  if (!purged) return error(404, where + " has no spill backlog");
+  log_event(LogLevel::kWarn, "spill_purged",
+            {{"vhost", *vhost}, {"queue", *name}, {"messages", std::to_string(*purged)}});
+  return reply(200, json{{"vhost", *vhost}, {"queue", *name}, {"purged", *purged}});
 }
 
 }  // namespace sluice::control

@@ -8,6 +8,7 @@
 
 #include "control/admin_server.h"
 #include "control/control.h"
+#include "control/spill_admin.h"
 
 namespace sluice::control {
 
@@ -19,6 +20,8 @@ class AdminApi {
   // `reload` re-reads the config file as SIGHUP does; error text, or nullopt when applied.
   using Reload = std::function<std::optional<std::string>()>;
   AdminApi(Control& control, Reload reload);
+  // The spill log's routes (/v1/spill...) answer 503 until one is set.
+  void set_spill(SpillAdmin* spill) { spill_ = spill; }
 
   AdminResponse handle(const AdminRequest& request);
 
@@ -30,9 +33,11 @@ class AdminApi {
   AdminResponse pins(const AdminRequest& r);
   AdminResponse settings(const AdminRequest& r);
   AdminResponse reload(const AdminRequest& r);
+  AdminResponse spill(const AdminRequest& r);
 
   Control& control_;
   Reload reload_;
+  SpillAdmin* spill_ = nullptr;
 };
 
 }  // namespace sluice::control

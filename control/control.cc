@@ -59,6 +59,11 @@ std::variant<Secrets, std::string> read_secrets(const GatewayConfig& config) {
       return "feed.rabbitmq.passcode_file: " + *e;
     }
   }
+  if (!config.drain.passcode_file.empty()) {
+    if (auto e = read_passcode(config.drain.passcode_file, &s.drain_passcode)) {
+      return "drain.passcode_file: " + *e;
+    }
+  }
   return s;
 }
 
@@ -118,7 +123,7 @@ std::optional<std::string> Control::load_state() {
   return std::nullopt;
 }
 
-Control::Worker Control::attach_worker() {
+Control::Worker Control::attach_worker(ReplicaUser user) {
   auto w = std::make_unique<WorkerState>();
   w->channel = std::make_unique<WorkerChannel>();
   Worker out{w->channel.get(), std::make_unique<Replica>(config_.nodes, config_.queues_max)};
@@ -143,7 +148,9 @@ Control::Worker Control::attach_worker() {
     b.has_backlog = true;
     if (!r.apply(b)) ++counters_->replica_refused;
   }
-  w->index = workers_.size();
+  w->user = user;
+  w->index = size_t(std::count_if(workers_.begin(), workers_.end(),
+                                  [user](const auto& x) { return x->user == user; }));
   workers_.push_back(std::move(w));
   return out;
 }
@@ -164,7 +171,7 @@ void Control::start() {
   });
   log_event(LogLevel::kInfo, "control_started",
             {{"nodes", std::to_string(nodes_.size())},
-             {"workers", std::to_string(workers_.size())},
+             {"workers", std::to_string(summary().workers)},
              {"queues", std::to_string(table_.size())}});
 }
 
@@ -530,7 +537,8 @@ Control::Summary Control::summary() const {
   s.nodes = nodes_.size();
   for (const auto& n : nodes_)
     s.nodes_up += n->tracker.state() == HealthState::kUp ? 1 : 0;
-  s.workers = workers_.size();
+  s.workers = size_t(std::count_if(workers_.begin(), workers_.end(),
+                                   [](const auto& w) { return w->user == ReplicaUser::kWorker; }));
   s.queues = table_.size();
   s.pinned = table_.count(OwnerSource::kPinned);
   s.learned = table_.count(OwnerSource::kLearned);

@@ -47,6 +47,7 @@ struct WorkerChannel {
 struct Secrets {
   std::string health_passcode;
   std::string feed_passcode;
+  std::string drain_passcode;  // the gateway's own passcode at the owners ([drain])
 };
 // Reads the passcode files the config names (trailing newline dropped). Error names the file.
 std::variant<Secrets, std::string> read_secrets(const GatewayConfig& config);
@@ -104,7 +105,10 @@ class Control {
     WorkerChannel* channel;
     std::unique_ptr<Replica> replica;
   };
-  Worker attach_worker();
+  // Who reads the replica: an engine's worker, or the drainer (which routes backlogs by the same
+  // decisions). Only workers count in status; metrics label each by its name.
+  enum class ReplicaUser : uint8_t { kWorker, kDrainer };
+  Worker attach_worker(ReplicaUser user = ReplicaUser::kWorker);
 
   // Starts probing nodes, polling the feed, reading worker reports, saving the state.
   void start();

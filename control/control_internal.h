@@ -65,6 +65,11 @@ struct Control::Delta {
 
 struct Control::WorkerState {
   size_t index = 0;
+  ReplicaUser user = ReplicaUser::kWorker;
+  // The metrics label: "0", "1", ... for workers, "drainer".
+  std::string label() const {
+    return user == ReplicaUser::kDrainer ? "drainer" : std::to_string(index);
+  }
   std::unique_ptr<WorkerChannel> channel;
   // Deltas the ring had no room for yet; sent in order.
   std::deque<Delta> outbox;

@@ -162,18 +162,17 @@ std::string Control::metrics_text() const {
 
   e.family("sluice_worker_messages_sent_total", "counter", "Messages control sent to a worker.");
   for (const auto& w : workers_) {
-    e.sample("sluice_worker_messages_sent_total", "worker=\"" + std::to_string(w->index) + "\"",
-             double(w->sent));
+    e.sample("sluice_worker_messages_sent_total", "worker=\"" + w->label() + "\"", double(w->sent));
   }
   e.family("sluice_worker_outbox_messages", "gauge",
            "Messages waiting for room in a worker's ring.");
   for (const auto& w : workers_) {
-    e.sample("sluice_worker_outbox_messages", "worker=\"" + std::to_string(w->index) + "\"",
+    e.sample("sluice_worker_outbox_messages", "worker=\"" + w->label() + "\"",
              double(w->outbox.size()));
   }
   e.family("sluice_worker_ring_full_total", "counter", "Pushes refused by a full ring.");
   for (const auto& w : workers_) {
-    const std::string wl = "worker=\"" + std::to_string(w->index) + "\"";
+    const std::string wl = "worker=\"" + w->label() + "\"";
     e.sample("sluice_worker_ring_full_total", wl + ",direction=\"to_worker\"",
              double(w->channel->to_worker.full_count()));
     e.sample("sluice_worker_ring_full_total", wl + ",direction=\"to_control\"",

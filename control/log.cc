@@ -87,6 +87,10 @@ bool log_enabled(LogLevel level) {
 }
 
 void log_event(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
+  log_event(level, event, std::span<const LogField>(fields.begin(), fields.size()));
+}
+
+void log_event(LogLevel level, std::string_view event, std::span<const LogField> fields) {
   if (!log_enabled(level)) return;
   std::string line;
   line.reserve(128);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,6 +24,7 @@ bool log_enabled(LogLevel level);
 // Writes "ts=... level=info event=node_down node=rabbit1 reason=\"connect: refused\"": values
 // with spaces, quotes, '=' or control bytes are quoted and escaped, so each line parses back.
 void log_event(LogLevel level, std::string_view event, std::initializer_list<LogField> fields);
+void log_event(LogLevel level, std::string_view event, std::span<const LogField> fields);
 
 // Lines written per level since start (metrics).
 uint64_t log_lines(LogLevel level);

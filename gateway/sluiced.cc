@@ -1,5 +1,6 @@
 // sluiced: the gateway daemon. Loads the config, starts control (health, ownership, feeds), the
-// workers and the admin API, and runs until SIGTERM; SIGHUP reloads the config (DESIGN 5, 9).
+// spill log and its drainer, the workers and the admin API, and runs until SIGTERM; SIGHUP
+// reloads the config (DESIGN 5, 6, 9).
 #include <signal.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
@@ -21,6 +22,7 @@
 #include "control/control.h"
 #include "control/log.h"
 #include "control/replica_worker.h"
+#include "gateway/spill_service.h"
 
 namespace {
 
@@ -81,8 +83,15 @@ int run(const std::string& path) {
   }
 
   boost::asio::io_context io(1);
-  Control control(io, config, std::move(secrets));
+  Control control(io, config, secrets);
   if (auto e = control.load_state()) return fail(kExitStartFailed, *e);
+
+  // Recovery runs here, before anything takes traffic; a log that cannot be used stops the start.
+  if (auto e = ensure_dir(config.spill_dir(), "spill.dir")) return fail(kExitStartFailed, *e);
+  std::string spill_error;
+  std::unique_ptr<sluice::gateway::SpillService> spill =
+      sluice::gateway::SpillService::open(config, secrets, control, io, &spill_error);
+  if (!spill) return fail(kExitStartFailed, spill_error);
 
   std::vector<std::unique_ptr<ReplicaWorker>> workers;
   for (uint32_t i = 0; i < config.workers; ++i)
@@ -99,12 +108,17 @@ int run(const std::string& path) {
       auto [c, s] = std::move(std::get<0>(next));
       std::vector<std::string> restart_keys;
       error = control.reload(std::move(c), std::move(s), &restart_keys);
-      if (error) control.reload_failed(*error);
+      if (error) {
+        control.reload_failed(*error);
+      } else {
+        spill->set_nodes(control.config().nodes);
+      }
     }
     sd_notify(0, "READY=1");
     return error;
   };
   AdminApi api(control, reload);
+  api.set_spill(spill.get());
   AdminServer admin(io, [&api](const AdminRequest& r) { return api.handle(r); });
   if (auto e = admin.listen_unix(config.admin_socket)) {
     return fail(kExitStartFailed, "admin.socket: " + *e);
@@ -115,6 +129,7 @@ int run(const std::string& path) {
     }
   }
   control.start();
+  spill->start();
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_signal =
@@ -148,6 +163,7 @@ int run(const std::string& path) {
   io.run();
   for (auto& w : workers)
     w->stop();
+  spill->stop();
   log_event(LogLevel::kInfo, "sluiced_stopped", {});
   return 0;
 }

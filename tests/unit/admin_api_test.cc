@@ -251,3 +251,82 @@ TEST_F(AdminApiTest, NamesThatAreNotUtf8AreAnsweredNotThrown) {
 
 }  // namespace
 }  // namespace sluice::control
+
+namespace sluice::control {
+namespace {
+
+// The spill log as the admin API sees it, with one queue holding a backlog.
+class FakeSpill : public SpillAdmin {
+ public:
+  SpillTotals totals() override { return SpillTotals{"/var/spill", 3, 300, 1000, 1}; }
+  std::vector<SpillQueueInfo> queues() override {
+    if (purged_) return {};
+    return {SpillQueueInfo{"/", "configured", 3, 300, 1, 2500, 1u, "waiting: owner down"}};
+  }
+  bool drain_now(std::string_view vhost, std::string_view queue) override {
+    drains_.push_back(std::string(vhost) + "/" + std::string(queue));
+    return !purged_ && vhost == "/" && queue == "configured";
+  }
+  std::optional<uint64_t> purge(std::string_view vhost, std::string_view queue) override {
+    if (purged_ || vhost != "/" || queue != "configured") return std::nullopt;
+    purged_ = true;
+    return 3;
+  }
+  std::string metrics_text() override { return "# TYPE sluice_spill_appends_total counter\n"; }
+
+  std::vector<std::string> drains_;
+  bool purged_ = false;
+};
+
+TEST_F(AdminApiTest, SpillRoutesShowDrainAndPurgeWithConfirmation) {
+  EXPECT_EQ(call("GET", "/v1/spill").status, 503u);
+  FakeSpill spill;
+  api_->set_spill(&spill);
+  AdminResponse r = call("GET", "/v1/spill");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  json j = body(r);
+  EXPECT_EQ(j["dir"], "/var/spill");
+  EXPECT_EQ(j["messages"], 3);
+  EXPECT_EQ(j["max_bytes"], 1000);
+  ASSERT_EQ(j["queues"].size(), 1u);
+  const json& q = j["queues"][0];
+  EXPECT_EQ(q["queue"], "configured");
+  EXPECT_EQ(q["messages"], 3);
+  EXPECT_EQ(q["pending"], 1);
+  EXPECT_EQ(q["oldest_age_s"], 2.5);
+  EXPECT_EQ(q["owner"], "n1");  // the config pins it there
+  EXPECT_EQ(q["state"], "waiting: owner down");
+  EXPECT_NE(call("GET", "/metrics").body.find("sluice_spill_appends_total"), std::string::npos);
+
+  EXPECT_EQ(call("GET", "/v1/spill/drain").status, 405u);
+  EXPECT_EQ(call("POST", "/v1/spill/flush").status, 404u);
+  r = call("POST", "/v1/spill/drain", {}, {{"vhost", "/"}});
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_NE(error_of(r).find("vhost and queue are required"), std::string::npos);
+  r = call("POST", "/v1/spill/drain", {}, {{"vhost", "/"}, {"queue", "configured"}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(body(r)["drain"], "requested");
+  r = call("POST", "/v1/spill/drain", {}, {{"vhost", "/"}, {"queue", "other"}});
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_EQ(error_of(r), "queue \"other\" in vhost \"/\" has no spill backlog");
+  EXPECT_EQ(spill.drains_, (std::vector<std::string>{"//configured", "//other"}));
+
+  r = call("POST", "/v1/spill/purge", {}, {{"vhost", "/"}, {"queue", "configured"}});
+  EXPECT_EQ(r.status, 400u);
+  EXPECT_NE(error_of(r).find("confirm=yes"), std::string::npos);
+  EXPECT_FALSE(spill.purged_);
+  r = call("POST", "/v1/spill/purge", {},
+           {{"vhost", "/"}, {"queue", "configured"}, {"confirm", "yes"}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(body(r)["purged"], 3);
+  EXPECT_NE(log_.find("level=warn event=spill_purged vhost=/ queue=configured messages=3"),
+            std::string::npos)
+      << log_;
+  r = call("POST", "/v1/spill/purge", {},
+           {{"vhost", "/"}, {"queue", "configured"}, {"confirm", "yes"}});
+  EXPECT_EQ(r.status, 404u);
+  EXPECT_TRUE(body(call("GET", "/v1/spill"))["queues"].empty());
+}
+
+}  // namespace
+}  // namespace sluice::control

@@ -527,6 +527,16 @@ TEST_F(ControlTest, SecretsAreReadFromFilesWithoutTheirNewline) {
   ASSERT_TRUE(std::holds_alternative<std::string>(s));
   EXPECT_NE(std::get<std::string>(s).find("health.passcode_file: cannot read passcode file"),
             std::string::npos);
+  config_.health.passcode_file = dir_ + "/pass";
+  config_.drain.passcode_file = dir_ + "/pass";
+  s = read_secrets(config_);
+  ASSERT_TRUE(std::holds_alternative<Secrets>(s));
+  EXPECT_EQ(std::get<Secrets>(s).drain_passcode, "s3cret");
+  config_.drain.passcode_file = dir_ + "/missing";
+  s = read_secrets(config_);
+  ASSERT_TRUE(std::holds_alternative<std::string>(s));
+  EXPECT_NE(std::get<std::string>(s).find("drain.passcode_file: cannot read passcode file"),
+            std::string::npos);
 }
 
 TEST_F(ControlTest, MetricsAreWellFormedPrometheusText) {

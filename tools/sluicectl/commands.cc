@@ -231,6 +231,50 @@ int queues(const Options& o, const QueuesQuery& query) {
   return kExitOk;
 }
 
+int spill(const Options& o) {
+  auto r = call_json(o, "GET", "/v1/spill");
+  if (auto* code = std::get_if<int>(&r)) return *code;
+  const Json& j = std::get<Json>(r);
+  if (o.json) return print_json(j);
+  const Json list = list_of(j, "queues");
+  out("spill log " + printable(text(j, "dir")) + ": " + std::to_string(count(j, "messages")) +
+      " messages, " + std::to_string(count(j, "bytes")) + " of " +
+      std::to_string(count(j, "max_bytes")) + " bytes\n");
+  if (list.empty()) {
+    out("no backlog\n");
+    return kExitOk;
+  }
+  Table table({"VHOST", "QUEUE", "MESSAGES", "BYTES", "OLDEST_S", "OWNER", "STATE"});
+  for (const Json& q : list) {
+    table.add({text(q, "vhost"), text(q, "queue"), text(q, "messages"), text(q, "bytes"),
+               text(q, "oldest_age_s"), text(q, "owner"), text(q, "state")});
+  }
+  out(table.render());
+  return kExitOk;
+}
+
+int spill_drain(const Options& o, const std::string& vhost, const std::string& queue) {
+  auto r =
+      call_json(o, "POST", "/v1/spill/drain" + join_query({{"vhost", vhost}, {"queue", queue}}));
+  if (auto* code = std::get_if<int>(&r)) return *code;
+  const Json& j = std::get<Json>(r);
+  if (o.json) return print_json(j);
+  out(printable(queue_where(vhost, queue)) + ": drain requested\n");
+  return kExitOk;
+}
+
+int spill_purge(const Options& o, const std::string& vhost, const std::string& queue) {
+  auto r = call_json(
+      o, "POST",
+      "/v1/spill/purge" + join_query({{"vhost", vhost}, {"queue", queue}, {"confirm", "yes"}}));
+  if (auto* code = std::get_if<int>(&r)) return *code;
+  const Json& j = std::get<Json>(r);
+  if (o.json) return print_json(j);
+  out(printable(queue_where(vhost, queue)) + ": " + std::to_string(count(j, "purged")) +
+      " spilled messages dropped\n");
+  return kExitOk;
+}
+
 int queue_show(const Options& o, const std::string& vhost, const std::string& queue) {
   auto r = call_json(o, "GET", "/v1/queue" + join_query({{"vhost", vhost}, {"queue", queue}}));
   if (auto* code = std::get_if<int>(&r)) return *code;

@@ -42,6 +42,10 @@ int set_setting(const Options& o, const std::string& key, const std::string& val
 // nullopt: every setting.
 int get_setting(const Options& o, const std::optional<std::string>& key);
 int metrics(const Options& o);
+// The spill log: backlog per queue; retry a queue's drain now; drop a queue's backlog.
+int spill(const Options& o);
+int spill_drain(const Options& o, const std::string& vhost, const std::string& queue);
+int spill_purge(const Options& o, const std::string& vhost, const std::string& queue);
 int reload(const Options& o);
 
 // Prints "sluicectl: <message>" to stderr as one line (line breaks become spaces, other control

@@ -193,6 +193,33 @@ int run_command_line(int argc, char** argv) {
     };
   });
 
+  CLI::App* spill_cmd = app.add_subcommand(
+      "spill", "spill log backlog per queue: messages, bytes, age, owner, state");
+  spill_cmd->require_subcommand(0, 1);
+  std::string spill_vhost = "/";
+  bool purge_yes = false;
+  CLI::App* drain =
+      spill_cmd->add_subcommand("drain", "try to deliver the queue's backlog now (no backoff)");
+  drain->add_option("QUEUE", queue_name, "queue name")->required();
+  drain->add_option("--vhost", spill_vhost, "virtual host")->capture_default_str();
+  drain->callback([&] { run = [&] { return spill_drain(options, spill_vhost, queue_name); }; });
+  CLI::App* purge = spill_cmd->add_subcommand(
+      "purge", "drop the queue's spilled messages for good (needs --yes; logged)");
+  purge->add_option("QUEUE", queue_name, "queue name")->required();
+  purge->add_option("--vhost", spill_vhost, "virtual host")->capture_default_str();
+  purge->add_flag("--yes", purge_yes, "yes, drop them");
+  purge->callback([&] {
+    run = [&] {
+      if (!purge_yes) {
+        return fail(kExitUsage, "spill purge drops the queue's messages for good: add --yes");
+      }
+      return spill_purge(options, spill_vhost, queue_name);
+    };
+  });
+  spill_cmd->callback([&] {
+    if (spill_cmd->get_subcommands().empty()) run = [&] { return spill(options); };
+  });
+
   app.add_subcommand("metrics", "Prometheus metrics, as sluiced exposes them on GET /metrics")
       ->callback([&] { run = [&] { return metrics(options); }; });
   app.add_subcommand("reload", "re-read sluiced's config file, as SIGHUP does")->callback([&] {

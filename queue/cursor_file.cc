@@ -1,0 +1,170 @@
+// Cursor file encoding and its atomic replacement.
+#include "queue/cursor_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "queue/crc32c.h"
+
+namespace sluice::queue {
+namespace {
+
+constexpr uint64_t kCursorMagic = 0x5255435349554C53ull;  // "SLUISCUR"
+constexpr uint32_t kCursorVersion = 1;
+constexpr size_t kFixedBytes = 8 + 4 + 4 + 8 + 8;  // magic, version, count, seq_high, (crc+pad)
+
+template <typename T>
+void put(std::string& s, T v) {
+  char b[sizeof v];
+  std::memcpy(b, &v, sizeof v);
+  s.append(b, sizeof v);
+}
+template <typename T>
+bool get(const std::string& s, size_t& pos, T* v) {
+  if (s.size() - pos < sizeof(T)) return false;
+  std::memcpy(v, s.data() + pos, sizeof(T));
+  pos += sizeof(T);
+  return true;
+}
+
+std::string errno_text(const char* what, const std::string& path) {
+  return std::string(what) + " " + path + ": " + std::strerror(errno);
+}
+
+}  // namespace
+
+std::string encode_cursors(const CursorSnapshot& s) {
+  std::string out;
+  put<uint64_t>(out, kCursorMagic);
+  put<uint32_t>(out, kCursorVersion);
+  put<uint32_t>(out, uint32_t(s.entries.size()));
+  put<uint64_t>(out, s.seq_high);
+  for (const CursorEntry& e : s.entries) {
+    put<uint16_t>(out, uint16_t(e.vhost.size()));
+    put<uint16_t>(out, uint16_t(e.queue.size()));
+    put<uint64_t>(out, e.delivered_seq);
+    out += e.vhost;
+    out += e.queue;
+  }
+  put<uint32_t>(out, crc32c(0, out.data(), out.size()));
+  put<uint32_t>(out, 0);
+  return out;
+}
+
+bool decode_cursors(const std::string& bytes, CursorSnapshot* out, std::string* why) {
+  *out = CursorSnapshot{};
+  if (bytes.size() < kFixedBytes) {
+    *why = "too short";
+    return false;
+  }
+  uint32_t stored;
+  std::memcpy(&stored, bytes.data() + bytes.size() - 8, 4);
+  if (stored != crc32c(0, bytes.data(), bytes.size() - 8)) {
+    *why = "CRC mismatch";
+    return false;
+  }
+  size_t pos = 0;
+  uint64_t magic = 0;
+  uint32_t version = 0, count = 0;
+  get(bytes, pos, &magic);
+  get(bytes, pos, &version);
+  get(bytes, pos, &count);
+  get(bytes, pos, &out->seq_high);
+  if (magic != kCursorMagic || version != kCursorVersion) {
+    *why = "bad magic or unsupported version";
+    return false;
+  }
+  const size_t end = bytes.size() - 8;
+  for (uint32_t i = 0; i < count; ++i) {
+    uint16_t vl, ql;
+    CursorEntry e;
+    if (!get(bytes, pos, &vl) || !get(bytes, pos, &ql) || !get(bytes, pos, &e.delivered_seq) ||
+        end - pos < size_t(vl) + ql) {
+      *why = "entry " + std::to_string(i) + " truncated";
+      return false;
+    }
+    e.vhost.assign(bytes.data() + pos, vl);
+    e.queue.assign(bytes.data() + pos + vl, ql);
+    pos += size_t(vl) + ql;
+    out->entries.push_back(std::move(e));
+  }
+  if (pos != end) {
+    *why = "trailing bytes";
+    return false;
+  }
+  return true;
+}
+
+std::string write_cursor_file(const std::string& dir, const CursorSnapshot& s) {
+  const std::string path = dir + "/" + kCursorFileName;
+  const std::string tmp = path + ".tmp";
+  const std::string body = encode_cursors(s);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) return errno_text("cannot create", tmp);
+  size_t done = 0;
+  while (done < body.size()) {
+    const ssize_t r = ::write(fd, body.data() + done, body.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      std::string e = errno_text("cannot write", tmp);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return e;
+    }
+    done += size_t(r);
+  }
+  if (::fdatasync(fd) != 0) {
+    std::string e = errno_text("cannot sync", tmp);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return e;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string e = errno_text("cannot replace", path);
+    ::unlink(tmp.c_str());
+    return e;
+  }
+  // The rename is durable only once the directory is.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return errno_text("cannot open directory", dir);
+  const bool ok = ::fsync(dfd) == 0;
+  std::string e = ok ? std::string() : errno_text("cannot sync directory", dir);
+  ::close(dfd);
+  return e;
+}
+
+std::string read_cursor_file(const std::string& dir, CursorSnapshot* out) {
+  *out = CursorSnapshot{};
+  const std::string path = dir + "/" + kCursorFileName;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return {};
+    return errno_text("cannot open", path);
+  }
+  std::string bytes;
+  char buf[65536];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      std::string e = errno_text("cannot read", path);
+      ::close(fd);
+      return e;
+    }
+    if (r == 0) break;
+    bytes.append(buf, size_t(r));
+  }
+  ::close(fd);
+  std::string why;
+  if (!decode_cursors(bytes, out, &why))
+    return path + " is damaged (" + why + "); move it aside to start (undelivered messages " +
+           "already delivered may then be delivered again)";
+  return {};
+}
+
+}  // namespace sluice::queue

@@ -1,0 +1,247 @@
+// Private to queue/: the state behind SpillLog, shared by spill_log.cc (open, read side) and
+// spill_thread.cc (the spill thread's loop). Fields marked "mu" are guarded by LogState::mu;
+// the others belong to the spill thread alone (or to open() before it starts).
+#pragma once
+
+#include <liburing.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "queue/cursor_file.h"
+#include "queue/segment_file.h"
+#include "queue/spill_log.h"
+
+namespace sluice::queue {
+
+struct SegmentFile {
+  uint64_t number = 0;
+  std::string path;
+  int fd = -1;
+  ~SegmentFile();
+};
+
+struct SegmentState {
+  std::shared_ptr<SegmentFile> file;  // mu (readers copy it)
+  uint64_t live = 0;                  // mu: durable, undelivered messages in it
+  uint64_t messages = 0;              // durable message records
+  uint64_t placed = 0;                // message records durable, in flight or batched (seal)
+  uint64_t last_seq = 0;
+  uint64_t durable_end = 0;  // bytes known durable
+  uint64_t write_end = 0;    // bytes written or being written
+  uint64_t disk_bytes = 0;
+  bool sealed = false;
+  bool sealing = false;     // a batch carrying its seal is in flight
+  uint64_t delete_gen = 0;  // delete once the cursor file of this generation is written
+};
+
+struct Entry {
+  uint64_t seq;
+  uint64_t append_unix_ns;
+  uint64_t segment;
+  uint32_t offset;
+  uint32_t bytes;
+};
+
+// A queue's backlog: a FIFO in one vector (appends at the back, deliveries from the front,
+// binary search by seq for readers), compacted when half of it is consumed. Cheaper to build at
+// recovery than a deque: one allocation per queue instead of one per few entries.
+class EntryFifo {
+ public:
+  bool empty() const { return head_ == v_.size(); }
+  size_t size() const { return v_.size() - head_; }
+  const Entry& front() const { return v_[head_]; }
+  void push_back(const Entry& e) { v_.push_back(e); }
+  void reserve(size_t n) { v_.reserve(n); }
+  void pop_front() {
+    ++head_;
+    if (head_ == v_.size()) {
+      head_ = 0;
+      v_.clear();
+      if (v_.capacity() > kKeepCapacity) v_.shrink_to_fit();
+    } else if (head_ >= kKeepCapacity / 4 && 2 * head_ >= v_.size()) {
+      v_.erase(v_.begin(), v_.begin() + std::ptrdiff_t(head_));
+      head_ = 0;
+    }
+  }
+  std::vector<Entry>::const_iterator begin() const { return v_.begin() + std::ptrdiff_t(head_); }
+  std::vector<Entry>::const_iterator end() const { return v_.end(); }
+
+ private:
+  static constexpr size_t kKeepCapacity = 1 << 16;  // entries kept allocated once drained
+  std::vector<Entry> v_;
+  size_t head_ = 0;
+};
+
+struct QueueState {
+  std::string vhost;
+  std::string queue;
+  EntryFifo backlog;                 // mu: durable, undelivered, by seq
+  uint64_t backlog_bytes = 0;        // mu
+  uint64_t pending = 0;              // mu: accepted, not yet durable
+  uint64_t pending_bytes = 0;        // mu
+  uint64_t cursor = 0;               // mu: delivered or dropped up to here
+  uint64_t delivered_req = 0;        // mu: asked by mark_delivered, applied by the spill thread
+  bool delivered_dirty = false;      // mu
+  uint64_t defined_in = UINT64_MAX;  // segment whose written/batched bytes define this queue
+  uint64_t last_segment = 0;         // newest segment holding one of its messages
+  bool nonempty = false;             // as last reported to on_backlog
+};
+
+struct BatchEntry {
+  uint32_t producer;
+  AppendStatus status;
+  uint32_t queue;
+  uint64_t token;
+  uint64_t seq;
+  uint64_t append_unix_ns;
+  uint32_t offset;
+  uint32_t bytes;
+};
+
+struct Batch {
+  uint8_t* buf = nullptr;
+  size_t cap = 0;
+  size_t used = 0;
+  uint64_t segment = 0;
+  uint64_t file_offset = 0;
+  bool seals = false;
+  std::vector<BatchEntry> entries;
+  std::vector<uint32_t> defined;  // queues whose define record is in this batch
+  uint64_t submit_ns = 0;
+  bool has_writes() const { return used > 0; }
+  bool empty() const { return used == 0 && entries.empty(); }
+  void reset() {
+    used = 0;
+    seals = false;
+    entries.clear();
+    defined.clear();
+  }
+};
+
+// Persists cursor snapshots off the spill thread, keeping only the newest one waiting.
+class CursorWriter {
+ public:
+  CursorWriter(std::string dir, SpillMetrics& metrics, std::function<void()> done);
+  ~CursorWriter();
+  void submit(CursorSnapshot s, uint64_t gen);
+  // Writes on the calling thread (sync(), stop()); false on error.
+  bool write_now(const CursorSnapshot& s, uint64_t gen);
+  uint64_t persisted_gen() const { return persisted_.load(std::memory_order_acquire); }
+  // Generation of the last attempt, written or failed: the writer is idle when it reaches the
+  // last submitted one.
+  uint64_t finished_gen() const { return finished_.load(std::memory_order_acquire); }
+  std::string last_error();
+
+ private:
+  void run();
+  bool write(const CursorSnapshot& s, uint64_t gen);
+  std::string dir_;
+  SpillMetrics& metrics_;
+  std::function<void()> done_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool has_ = false;
+  CursorSnapshot pending_;
+  uint64_t pending_gen_ = 0;
+  std::string error_;
+  std::mutex file_mu_;  // one writer of DIR/cursors.tmp at a time
+  std::atomic<uint64_t> persisted_{0};
+  std::atomic<uint64_t> finished_{0};
+  std::thread thread_;
+};
+
+struct LogState {
+  LogState(SpillLog& log, SpillOptions opts);
+  ~LogState();
+
+  SpillLog& log;
+  SpillOptions opt;
+  SpillMetrics& metrics;
+  int lock_fd = -1;
+  int dir_fd = -1;
+
+  mutable std::mutex mu;
+  std::unordered_map<std::string, uint32_t> ids;    // mu: queue key -> index in queues
+  std::vector<std::unique_ptr<QueueState>> queues;  // mu: null once pruned
+  std::map<uint64_t, SegmentState> segments;        // mu
+  std::vector<uint32_t> delivered_list;             // mu: queues with delivered_dirty
+  std::string key;                                  // scratch for lookups (mu)
+
+  uint64_t next_seq = 1;
+  uint64_t next_segment = 1;
+  uint64_t active = 0;  // segment receiving appends; 0 = none yet
+  uint64_t cursor_gen = 0;
+  bool cursor_dirty = false;
+  uint64_t cursor_submitted_gen = 0;
+  std::unique_ptr<CursorWriter> writer;
+  std::unique_ptr<SegmentPreparer> preparer;
+
+  io_uring ring{};
+  bool ring_ok = false;
+  uint64_t wake_buf = 0;
+  Batch batches[2];
+  Batch* acc = &batches[0];              // accumulating
+  Batch* fly = &batches[1];              // in flight when inflight
+  std::vector<BatchEntry> done_entries;  // the batch just made durable, being answered
+  bool inflight = false;
+  bool stalled = false;  // the last pull stopped: the next batch can take nothing more
+  int write_res = 0;
+  int sync_res = 0;
+  int cqes_wanted = 0;
+  bool create_tried = false;  // one segment creation attempt per pull pass
+  AppendStatus create_status = AppendStatus::kDiskError;
+  uint64_t sync_handled = 0;
+  uint32_t pull_start = 0;
+  bool disk_error_logged = false;
+  std::vector<uint8_t> touched;
+  std::vector<std::pair<uint32_t, bool>> events;  // (queue, nonempty) to report after unlocking
+
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  std::mutex sync_mu;
+  std::condition_variable sync_cv;
+  uint64_t sync_req = 0;   // sync_mu
+  uint64_t sync_done = 0;  // sync_mu
+  std::atomic<uint64_t> sync_req_seen{0};
+
+  // Helpers shared by both files.
+  static void make_key(std::string& key, std::string_view vhost, std::string_view queue);
+  QueueState* find_queue(std::string_view vhost, std::string_view queue) const;  // mu held
+  uint32_t queue_index(std::string_view vhost, std::string_view queue);          // mu held
+  void note_backlog(uint32_t q);  // mu held: queue an on_backlog event if emptiness changed
+  void fire_events();             // mu not held
+  void log_event(LogSeverity s, std::string_view event, std::initializer_list<LogField> f);
+
+  // spill_thread.cc
+  void run();
+  bool pull();
+  enum class Place : uint8_t { kDone, kStall };
+  Place place(SpillProducer& p, const AppendMsg& m, uint64_t now_ns);
+  bool work_available() const;
+  void fail_batches(AppendStatus st);
+  void prune_queues_locked();
+  bool apply_deliveries();
+  void submit();
+  void on_batch_done(bool ok, int err);
+  void complete_entries(const std::vector<BatchEntry>& entries);
+  bool reap(bool wait);
+  void arm_wake();
+  void maybe_cursors(bool force_sync);
+  void maybe_delete();
+  void drop_front(QueueState& q, uint32_t qi);
+  bool make_room_for_segment(AppendStatus* refusal);
+  bool create_segment(AppendStatus* refusal);
+  CursorSnapshot snapshot_locked() const;
+  void delete_segment_locked(std::map<uint64_t, SegmentState>::iterator it);
+};
+
+}  // namespace sluice::queue

@@ -1,0 +1,480 @@
+// SpillLog: opening (recovery into backlogs), the read side for the drainer, statistics, and
+// the cursor writer thread. The spill thread's loop is in spill_thread.cc.
+#include "queue/spill_log.h"
+
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "queue/format.h"
+#include "queue/log_state.h"
+#include "queue/recovery.h"
+
+namespace sluice::queue {
+
+std::string_view append_status_message(AppendStatus s) {
+  switch (s) {
+    case AppendStatus::kDurable:
+      return "durable";
+    case AppendStatus::kSpillFull:
+      return "spill full";
+    case AppendStatus::kQueueFull:
+      return "spill full: queue limit reached";
+    case AppendStatus::kDiskFull:
+      return "spill full: no space left on the spill disk";
+    case AppendStatus::kDiskError:
+      return "spill disk error";
+    case AppendStatus::kTooLarge:
+      return "message too large for the spill log";
+    case AppendStatus::kStopping:
+      return "spill log shutting down";
+  }
+  return "spill error";
+}
+
+SegmentFile::~SegmentFile() {
+  if (fd >= 0) ::close(fd);
+}
+
+// ---- cursor writer -------------------------------------------------------------------------
+
+CursorWriter::CursorWriter(std::string dir, SpillMetrics& metrics, std::function<void()> done)
+    : dir_(std::move(dir)), metrics_(metrics), done_(std::move(done)), thread_([this] { run(); }) {}
+
+CursorWriter::~CursorWriter() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CursorWriter::submit(CursorSnapshot s, uint64_t gen) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pending_ = std::move(s);
+    pending_gen_ = gen;
+    has_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::string CursorWriter::last_error() {
+  std::lock_guard<std::mutex> l(mu_);
+  return error_;
+}
+
+void CursorWriter::run() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    cv_.wait(l, [this] { return has_ || stop_; });
+    if (!has_) return;
+    CursorSnapshot s = std::move(pending_);
+    const uint64_t gen = pending_gen_;
+    has_ = false;
+    l.unlock();
+    write(s, gen);
+    l.lock();
+    if (done_) done_();
+  }
+}
+
+bool CursorWriter::write_now(const CursorSnapshot& s, uint64_t gen) {
+  return write(s, gen);
+}
+
+bool CursorWriter::write(const CursorSnapshot& s, uint64_t gen) {
+  std::lock_guard<std::mutex> f(file_mu_);
+  bool ok = true;
+  // A newer snapshot already written (by write_now) must not be replaced by an older one.
+  if (gen > persisted_.load(std::memory_order_relaxed)) {
+    std::string e = write_cursor_file(dir_, s);
+    if (e.empty()) {
+      metrics_.cursor_writes.fetch_add(1, std::memory_order_relaxed);
+      persisted_.store(gen, std::memory_order_release);
+    } else {
+      ok = false;
+      metrics_.cursor_write_errors.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> l(mu_);
+      error_ = std::move(e);
+    }
+  }
+  if (gen > finished_.load(std::memory_order_relaxed))
+    finished_.store(gen, std::memory_order_release);
+  return ok;
+}
+
+// ---- state helpers -------------------------------------------------------------------------
+
+LogState::LogState(SpillLog& l, SpillOptions o) : log(l), opt(std::move(o)), metrics(l.metrics_) {}
+
+LogState::~LogState() {
+  writer.reset();
+  preparer.reset();
+  if (ring_ok) io_uring_queue_exit(&ring);
+  for (Batch& b : batches)
+    std::free(b.buf);
+  if (dir_fd >= 0) ::close(dir_fd);
+  if (lock_fd >= 0) ::close(lock_fd);
+}
+
+void LogState::make_key(std::string& key, std::string_view vhost, std::string_view queue) {
+  key.clear();
+  const uint16_t n = uint16_t(vhost.size());
+  key.append(reinterpret_cast<const char*>(&n), 2);
+  key.append(vhost);
+  key.append(queue);
+}
+
+QueueState* LogState::find_queue(std::string_view vhost, std::string_view queue) const {
+  std::string k;
+  make_key(k, vhost, queue);
+  auto it = ids.find(k);
+  return it == ids.end() ? nullptr : queues[it->second].get();
+}
+
+uint32_t LogState::queue_index(std::string_view vhost, std::string_view queue) {
+  make_key(key, vhost, queue);
+  auto it = ids.find(key);
+  if (it != ids.end()) return it->second;
+  const uint32_t i = uint32_t(queues.size());
+  auto q = std::make_unique<QueueState>();
+  q->vhost = std::string(vhost);
+  q->queue = std::string(queue);
+  queues.push_back(std::move(q));
+  ids.emplace(key, i);
+  return i;
+}
+
+void LogState::note_backlog(uint32_t qi) {
+  QueueState& q = *queues[qi];
+  const bool now = q.pending + q.backlog.size() > 0;
+  if (now != q.nonempty) {
+    q.nonempty = now;
+    events.emplace_back(qi, now);
+  }
+}
+
+void LogState::fire_events() {
+  if (events.empty()) return;
+  if (opt.on_backlog) {
+    for (auto [qi, nonempty] : events) {
+      const QueueState& q = *queues[qi];  // pruned only when empty and reported, after this
+      opt.on_backlog(BacklogEvent{q.vhost, q.queue, nonempty});
+    }
+  }
+  events.clear();
+}
+
+void LogState::log_event(LogSeverity s, std::string_view event, std::initializer_list<LogField> f) {
+  if (opt.log) opt.log(s, event, std::span<const LogField>(f.begin(), f.size()));
+}
+
+// ---- open ----------------------------------------------------------------------------------
+
+namespace {
+
+std::string validate(const SpillOptions& o) {
+  const uint64_t record_need = define_record_bytes(kVhostBytesMax, kQueueBytesMax) +
+                               message_record_bytes(o.record_bytes_max, 0) + kSealRecordBytes;
+  if (o.dir.empty()) return "spill.dir is empty";
+  if (o.producers == 0 || o.producers > SpillOptions::kProducersMax)
+    return "producers must be 1.." + std::to_string(SpillOptions::kProducersMax);
+  if (o.record_bytes_max == 0 || o.record_bytes_max > kRecordPayloadBytesMax)
+    return "record_bytes_max must be 1.." + std::to_string(kRecordPayloadBytesMax);
+  if (o.segment_bytes < kSegmentHeaderBytes + record_need || o.segment_bytes > (1ull << 32))
+    return "spill.segment_bytes must hold one largest record (record_bytes_max plus 1.4 KiB) "
+           "and be at most 4 GiB";
+  if (o.max_bytes < 2 * o.segment_bytes) return "spill.max_bytes must be at least 2 segments";
+  if (o.batch_bytes_max < 4096) return "batch_bytes_max must be at least 4096";
+  if (o.batch_records_max == 0) return "batch_records_max must be at least 1";
+  if (o.producer_ring_depth < 2) return "producer_ring_depth must be at least 2";
+  if (o.producer_arena_bytes < o.record_bytes_max + kVhostBytesMax + kQueueBytesMax)
+    return "producer_arena_bytes must hold one largest record plus its names";
+  return {};
+}
+
+}  // namespace
+
+SpillLog::SpillLog(SpillOptions options)
+    : st_(std::make_unique<LogState>(*this, std::move(options))) {}
+
+const SpillOptions& SpillLog::options() const {
+  return st_->opt;
+}
+
+std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* report,
+                                         std::string* error) {
+  *report = RecoveryReport{};
+  if (std::string e = validate(options); !e.empty()) {
+    *error = "spill options: " + e;
+    return nullptr;
+  }
+  std::unique_ptr<SpillLog> log(new SpillLog(std::move(options)));
+  LogState& s = *log->st_;
+  const std::string& dir = s.opt.dir;
+  if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    *error = "cannot create spill directory " + dir + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  const std::string lock = dir + "/lock";
+  s.lock_fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (s.lock_fd < 0 || ::flock(s.lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    *error = "cannot lock " + lock + " (" + std::strerror(errno) +
+             "): is another sluiced using this spill directory?";
+    return nullptr;
+  }
+  s.dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  CursorSnapshot cursors;
+  if (std::string e = read_cursor_file(dir, &cursors); !e.empty()) {
+    *error = e;
+    return nullptr;
+  }
+  RecoveredLog rec;
+  if (!recover_dir(s.opt, &rec, report, error)) return nullptr;
+
+  std::unordered_map<std::string, uint64_t> cursor_of;
+  for (const CursorEntry& c : cursors.entries) {
+    LogState::make_key(s.key, c.vhost, c.queue);
+    cursor_of[s.key] = c.delivered_seq;
+  }
+  std::vector<uint32_t> qmap(rec.queue_names.size());
+  for (size_t i = 0; i < rec.queue_names.size(); ++i) {
+    qmap[i] = s.queue_index(rec.queue_names[i].first, rec.queue_names[i].second);
+    auto it = cursor_of.find(s.key);
+    if (it != cursor_of.end()) s.queues[qmap[i]]->cursor = it->second;
+  }
+  {
+    std::vector<size_t> per_queue(s.queues.size(), 0);
+    for (const RecoveredSegment& rs : rec.segments)
+      for (const ScannedMessage& m : rs.messages)
+        ++per_queue[qmap[rs.queue_of_define[m.define]]];
+    for (size_t i = 0; i < per_queue.size(); ++i)
+      s.queues[i]->backlog.reserve(per_queue[i]);
+  }
+  uint64_t disk = 0;
+  for (RecoveredSegment& rs : rec.segments) {
+    SegmentState seg;
+    seg.file = std::make_shared<SegmentFile>();
+    seg.file->number = rs.number;
+    seg.file->path = rs.path;
+    seg.file->fd = rs.fd;
+    seg.messages = rs.messages.size();
+    seg.last_seq = rs.messages.empty() ? 0 : rs.messages.back().seq;
+    seg.durable_end = seg.write_end = seg.disk_bytes = rs.file_bytes;
+    seg.sealed = true;  // recovery sealed the last one; new appends go to a new segment
+    disk += rs.file_bytes;
+    for (const ScannedMessage& m : rs.messages) {
+      const uint32_t qi = qmap[rs.queue_of_define[m.define]];
+      QueueState& q = *s.queues[qi];
+      q.last_segment = rs.number;
+      if (m.seq <= q.cursor) {
+        ++report->messages_delivered;
+        continue;
+      }
+      q.backlog.push_back({m.seq, m.append_unix_ns, rs.number, m.offset, m.bytes});
+      q.backlog_bytes += m.bytes;
+      ++seg.live;
+      ++report->messages;
+    }
+    s.segments.emplace(rs.number, std::move(seg));
+  }
+  s.next_seq = std::max(rec.seq_max, cursors.seq_high) + 1;
+  s.next_segment = rec.segment_max + 1;
+  s.metrics.disk_bytes.store(disk, std::memory_order_relaxed);
+  // Fully delivered segments go now (the cursor file that says so is already on disk); the
+  // newest stays, its header carries the sequence high-water mark.
+  for (auto it = s.segments.begin(); it != s.segments.end();) {
+    auto next = std::next(it);
+    if (it->second.live == 0 && next != s.segments.end()) {
+      ++report->segments_deleted;
+      s.delete_segment_locked(it);
+    }
+    it = next;
+  }
+  uint64_t backlog = 0;
+  for (uint32_t qi = 0; qi < s.queues.size(); ++qi) {
+    if (!s.queues[qi]) continue;
+    backlog += s.queues[qi]->backlog.size();
+    if (!s.queues[qi]->backlog.empty()) ++report->queues;
+    s.note_backlog(qi);
+  }
+  s.metrics.backlog_messages.store(backlog, std::memory_order_relaxed);
+  s.metrics.recovered_messages.store(report->messages, std::memory_order_relaxed);
+  s.metrics.recovery_issues.store(report->issues.size(), std::memory_order_relaxed);
+  for (const RecoveryIssue& i : report->issues) {
+    const std::string seg = std::to_string(i.segment), off = std::to_string(i.offset),
+                      bytes = std::to_string(i.bytes), recs = std::to_string(i.records);
+    s.log_event(i.torn_tail ? LogSeverity::kWarn : LogSeverity::kError, "spill_recovery_skipped",
+                {{"file", i.path},
+                 {"offset", off},
+                 {"bytes", bytes},
+                 {"records", recs},
+                 {"reason", i.reason},
+                 {"kept_as", i.quarantined_as}});
+  }
+  s.log_event(LogSeverity::kInfo, "spill_recovered",
+              {{"dir", dir},
+               {"segments", std::to_string(report->segments)},
+               {"messages", std::to_string(report->messages)},
+               {"issues", std::to_string(report->issues.size())}});
+  s.fire_events();
+
+  if (int e = io_uring_queue_init(16, &s.ring, 0); e < 0) {
+    *error = std::string("io_uring_queue_init: ") + std::strerror(-e);
+    return nullptr;
+  }
+  s.ring_ok = true;
+  log->wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  const size_t record_need = define_record_bytes(kVhostBytesMax, kQueueBytesMax) +
+                             message_record_bytes(s.opt.record_bytes_max, 0) + kSealRecordBytes;
+  for (Batch& b : s.batches) {
+    b.cap = (size_t(s.opt.batch_bytes_max) + record_need + 4095) & ~size_t(4095);
+    b.buf = static_cast<uint8_t*>(std::aligned_alloc(4096, b.cap));
+    b.entries.reserve(s.opt.batch_records_max);
+  }
+  s.touched.assign(s.opt.producers, 0);
+  for (uint32_t i = 0; i < s.opt.producers; ++i)
+    log->producers_.emplace_back(
+        new SpillProducer(*log, i, s.opt.producer_ring_depth, s.opt.producer_arena_bytes));
+  SpillLog* raw = log.get();
+  auto wake = [raw] {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(raw->wake_fd_, &one, sizeof one);
+  };
+  s.writer = std::make_unique<CursorWriter>(dir, s.metrics, wake);
+  s.preparer = std::make_unique<SegmentPreparer>(dir, s.dir_fd, s.opt.segment_bytes,
+                                                 s.opt.preallocate, wake);
+  return log;
+}
+
+SpillLog::~SpillLog() {
+  stop();
+  st_.reset();
+  producers_.clear();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+void SpillLog::wake() {
+  if (sleeping_.exchange(false)) {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+  }
+}
+
+void SpillLog::start() {
+  if (st_->thread.joinable()) return;
+  st_->thread = std::thread([s = st_.get()] { s->run(); });
+}
+
+void SpillLog::stop() {
+  if (!st_ || !st_->thread.joinable()) return;
+  st_->stopping.store(true);
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+  st_->thread.join();
+}
+
+void SpillLog::sync() {
+  LogState& s = *st_;
+  std::unique_lock<std::mutex> l(s.sync_mu);
+  const uint64_t target = ++s.sync_req;
+  s.sync_req_seen.store(target, std::memory_order_release);
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+  s.sync_cv.wait(l, [&] { return s.sync_done >= target || !s.thread.joinable(); });
+}
+
+// ---- read side -----------------------------------------------------------------------------
+
+size_t SpillLog::locate(std::string_view vhost, std::string_view queue, uint64_t after_seq,
+                        std::span<RecordLocation> out) const {
+  const LogState& s = *st_;
+  std::lock_guard<std::mutex> l(s.mu);
+  const QueueState* q = s.find_queue(vhost, queue);
+  if (!q || out.empty()) return 0;
+  auto it = std::upper_bound(q->backlog.begin(), q->backlog.end(), after_seq,
+                             [](uint64_t v, const Entry& e) { return v < e.seq; });
+  size_t n = 0;
+  const SegmentState* seg = nullptr;
+  for (; it != q->backlog.end() && n < out.size(); ++it, ++n) {
+    if (!seg || seg->file->number != it->segment) seg = &s.segments.at(it->segment);
+    out[n] = RecordLocation{seg->file, it->seq, it->offset, it->bytes};
+  }
+  return n;
+}
+
+ReadStatus SpillLog::read(const RecordLocation& loc, std::span<uint8_t> buf,
+                          RecordView* out) const {
+  if (buf.size() < loc.bytes) return ReadStatus::kBufferTooSmall;
+  size_t done = 0;
+  while (done < loc.bytes) {
+    const ssize_t r =
+        ::pread(loc.file->fd, buf.data() + done, loc.bytes - done, off_t(loc.offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return ReadStatus::kIoError;
+    done += size_t(r);
+  }
+  RecordHeader h;
+  if (decode_record(buf.first(loc.bytes), &h) != RecordCheck::kOk ||
+      h.type != RecordType::kMessage || h.seq != loc.seq)
+    return ReadStatus::kDamaged;
+  const char* p = reinterpret_cast<const char*>(buf.data()) + kRecordHeaderBytes;
+  *out = RecordView{h.seq, h.append_unix_ns, std::string_view(p, h.a_len),
+                    std::string_view(p + h.a_len, h.b_len)};
+  return ReadStatus::kOk;
+}
+
+bool SpillLog::mark_delivered(std::string_view vhost, std::string_view queue, uint64_t seq) {
+  LogState& s = *st_;
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    QueueState* q = s.find_queue(vhost, queue);
+    if (!q) return false;
+    if (seq <= q->delivered_req) return true;
+    q->delivered_req = seq;
+    if (!q->delivered_dirty) {
+      q->delivered_dirty = true;
+      s.make_key(s.key, vhost, queue);
+      s.delivered_list.push_back(s.ids.at(s.key));
+    }
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_relaxed)) wake();
+  return true;
+}
+
+namespace {
+QueueStats stats_of(const QueueState& q) {
+  QueueStats st{q.vhost, q.queue, q.backlog.size(), q.backlog_bytes, q.pending, 0, 0, q.cursor};
+  if (!q.backlog.empty()) {
+    st.oldest_seq = q.backlog.front().seq;
+    st.oldest_append_unix_ns = q.backlog.front().append_unix_ns;
+  }
+  return st;
+}
+}  // namespace
+
+std::vector<QueueStats> SpillLog::queues() const {
+  std::lock_guard<std::mutex> l(st_->mu);
+  std::vector<QueueStats> out;
+  for (const auto& q : st_->queues)
+    if (q) out.push_back(stats_of(*q));
+  return out;
+}
+
+std::optional<QueueStats> SpillLog::queue(std::string_view vhost, std::string_view queue) const {
+  std::lock_guard<std::mutex> l(st_->mu);
+  const QueueState* q = st_->find_queue(vhost, queue);
+  if (!q) return std::nullopt;
+  return stats_of(*q);
+}
+
+}  // namespace sluice::queue

@@ -1,0 +1,87 @@
+// The spill log (DESIGN section 6): durable, ordered storage of messages whose owner cannot be
+// reached. One spill thread owns the segment files and an io_uring and writes group commits;
+// workers append through their SpillProducer; the drainer reads backlogs and marks them
+// delivered. queue/README.md documents the on-disk format and the guarantees.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "queue/spill_producer.h"
+#include "queue/spill_types.h"
+
+namespace sluice::queue {
+
+struct SegmentFile;  // an open segment, kept alive while a reader holds a location in it
+struct LogState;     // everything the spill thread owns (spill_log.cc)
+
+// Where one durable message is. Cheap to copy; keeps its segment file open.
+struct RecordLocation {
+  std::shared_ptr<const SegmentFile> file;
+  uint64_t seq = 0;
+  uint32_t offset = 0;
+  uint32_t bytes = 0;  // aligned record size: the buffer read() needs
+};
+
+enum class ReadStatus : uint8_t { kOk, kBufferTooSmall, kIoError, kDamaged };
+
+class SpillLog {
+ public:
+  // Recovers options.dir (see RecoveryReport) and returns a log ready for start(), or nullptr
+  // with `error` naming the file and what to do. Backlog events for recovered backlogs are
+  // delivered to options.on_backlog before it returns.
+  static std::unique_ptr<SpillLog> open(SpillOptions options, RecoveryReport* report,
+                                        std::string* error);
+  ~SpillLog();  // stop()
+  SpillLog(const SpillLog&) = delete;
+  SpillLog& operator=(const SpillLog&) = delete;
+
+  // Starts the spill thread. Producers may append from then on.
+  void start();
+  // Producers must have stopped appending. Writes what is queued, answers every append, writes
+  // the cursor file and joins the spill thread.
+  void stop();
+
+  SpillProducer& producer(uint32_t index) { return *producers_[index]; }
+  uint32_t producer_count() const { return uint32_t(producers_.size()); }
+  const SpillMetrics& metrics() const { return metrics_; }
+  const SpillOptions& options() const;
+
+  // Read side (any one thread, typically the drainer; safe against the spill thread).
+  // Locations of up to out.size() durable messages of (vhost, queue) with seq > after_seq, in
+  // order. Returns how many.
+  size_t locate(std::string_view vhost, std::string_view queue, uint64_t after_seq,
+                std::span<RecordLocation> out) const;
+  // Reads and re-checks (CRC) one message into `buf` (at least loc.bytes bytes).
+  ReadStatus read(const RecordLocation& loc, std::span<uint8_t> buf, RecordView* out) const;
+  // Every message of the queue with seq <= `seq` is delivered: the cursor moves (persisted in
+  // batches by the spill thread), and segments with nothing left undelivered are deleted.
+  // False if the queue is unknown.
+  bool mark_delivered(std::string_view vhost, std::string_view queue, uint64_t seq);
+  std::vector<QueueStats> queues() const;
+  std::optional<QueueStats> queue(std::string_view vhost, std::string_view queue) const;
+
+  // Blocks until the spill thread has applied every mark_delivered() made before the call,
+  // deleted what that frees and written the cursor file (tests, admin "sync"). Needs start().
+  void sync();
+
+ private:
+  explicit SpillLog(SpillOptions options);
+  friend class SpillProducer;
+  friend struct LogState;
+  void wake();  // from a producer, when the spill thread sleeps
+
+  SpillMetrics metrics_;
+  std::unique_ptr<LogState> st_;
+  std::vector<std::unique_ptr<SpillProducer>> producers_;
+  alignas(64) std::atomic<bool> sleeping_{false};
+  int wake_fd_ = -1;
+};
+
+}  // namespace sluice::queue

@@ -1,0 +1,79 @@
+// A worker's end of the spill log: appends serialised into the worker's own byte arena and
+// announced on its own ring; completions come back in append order on a second ring. No
+// allocation, lock or syscall per append (one eventfd write only when the spill thread sleeps).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "queue/spill_types.h"
+#include "queue/spsc_ring.h"
+
+namespace sluice::queue {
+
+class SpillLog;
+struct LogState;
+
+// The message a producer pushes for one append; the record bytes wait in the producer's arena.
+struct AppendMsg {
+  uint64_t token;
+  uint64_t arena_pos;  // monotonic position of the first byte (vhost, queue, headers, body)
+  uint32_t headers_len;
+  uint32_t body_len;
+  uint16_t vhost_len;
+  uint16_t queue_len;
+  uint32_t total;  // vhost + queue + headers + body
+};
+
+class SpillProducer {
+ public:
+  SpillProducer(const SpillProducer&) = delete;
+  SpillProducer& operator=(const SpillProducer&) = delete;
+  ~SpillProducer();
+
+  // Owner thread only. kQueued: exactly one Completion for `token` follows, in append order.
+  // Any other result is an immediate, counted refusal and nothing follows.
+  AppendResult append(uint64_t token, std::string_view vhost, std::string_view queue,
+                      std::string_view headers, std::string_view body);
+
+  // Owner thread only: fn(const Completion&) for at most `max` completions, in append order.
+  template <typename F>
+  size_t poll(F&& fn, size_t max) {
+    const size_t n = done_.pop_some(fn, max);
+    completed_ += n;
+    return n;
+  }
+  uint64_t in_flight() const { return appended_ - completed_; }
+
+  // Sleeping until completions arrive: the owner calls arm_notify(); when it returns true the
+  // spill thread will make notify_fd() (an eventfd) readable after the next completion, so the
+  // owner may block on it (or on an io_uring read of it). False: completions are already there.
+  bool arm_notify();
+  int notify_fd() const { return notify_fd_; }
+  // Convenience for threads with nothing else to do: arm, then wait up to `timeout_ms`.
+  void wait(int timeout_ms);
+
+ private:
+  friend class SpillLog;
+  friend struct LogState;
+  SpillProducer(SpillLog& log, uint32_t index, uint32_t ring_depth, uint32_t arena_bytes);
+
+  SpillLog& log_;
+  const uint32_t index_;
+  SpscRing<AppendMsg> ring_;
+  SpscRing<Completion> done_;
+  const uint64_t arena_bytes_;
+  std::unique_ptr<char[]> arena_;
+  uint64_t head_ = 0;       // owner: next free arena position
+  uint64_t appended_ = 0;   // owner
+  uint64_t completed_ = 0;  // owner
+  int notify_fd_ = -1;
+  // Spill thread: arena bytes before this position are free again.
+  alignas(64) std::atomic<uint64_t> tail_{0};
+  // Owner sets it before sleeping; the spill thread clears it and writes notify_fd_.
+  alignas(64) std::atomic<bool> waiting_{false};
+};
+
+}  // namespace sluice::queue

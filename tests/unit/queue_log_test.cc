@@ -1,0 +1,422 @@
+// Spill log behaviour: durable appends read back in order, recovery with cursors, segment
+// rollover and deletion, capacity (refuse and drop-oldest), drain-barrier events, refusals.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "queue/segment_file.h"
+#include "tests/unit/queue_test_util.h"
+
+namespace sluice::queue {
+namespace {
+
+using test::append_wait;
+using test::open_log;
+using test::read_all;
+using test::small_options;
+using test::TempDir;
+
+std::string body_of(int i, size_t n = 100) {
+  std::string b(n, 'a');
+  for (size_t k = 0; k < n; ++k)
+    b[k] = char('a' + (i * 7 + int(k)) % 26);
+  return b;
+}
+
+size_t segment_files(const std::string& dir) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".seg") ++n;
+  return n;
+}
+
+TEST(SpillLog, AppendsBecomeDurableAndReadBackInOrderPerQueue) {
+  TempDir t;
+  RecoveryReport rep;
+  auto log = open_log(small_options(t.path()), &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  uint64_t last_seq = 0;
+  for (int i = 0; i < 90; ++i) {
+    const std::string q = "q" + std::to_string(i % 3);
+    const Completion c = append_wait(log->producer(uint32_t(i % 2)), uint64_t(i + 1), "/", q,
+                                     "k:" + std::to_string(i) + "\n", body_of(i));
+    ASSERT_EQ(c.status, AppendStatus::kDurable);
+    EXPECT_EQ(c.token, uint64_t(i + 1));
+    EXPECT_GT(c.seq, last_seq);
+    last_seq = c.seq;
+  }
+  for (int k = 0; k < 3; ++k) {
+    auto recs = read_all(*log, "/", "q" + std::to_string(k));
+    ASSERT_EQ(recs.size(), 30u);
+    for (size_t j = 0; j < recs.size(); ++j) {
+      const int i = int(j) * 3 + k;
+      EXPECT_EQ(recs[j].headers, "k:" + std::to_string(i) + "\n");
+      EXPECT_EQ(recs[j].body, body_of(i));
+      if (j) {
+        EXPECT_GT(recs[j].seq, recs[j - 1].seq);
+      }
+    }
+  }
+  EXPECT_EQ(log->metrics().appends.load(), 90u);
+  EXPECT_GE(log->metrics().batches.load(), 1u);
+  auto st = log->queue("/", "q1");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->messages, 30u);
+  EXPECT_TRUE(read_all(*log, "/", "nope").empty());
+}
+
+TEST(SpillLog, RecoveryRebuildsBacklogsAndAppliesPersistedCursors) {
+  TempDir t;
+  const SpillOptions o = small_options(t.path());
+  std::vector<uint64_t> seqs;
+  {
+    RecoveryReport rep;
+    auto log = open_log(o, &rep);
+    ASSERT_TRUE(log);
+    log->start();
+    for (int i = 0; i < 20; ++i)
+      seqs.push_back(
+          append_wait(log->producer(0), uint64_t(i), "vh", "orders", "h:1\n", body_of(i)).seq);
+    ASSERT_TRUE(log->mark_delivered("vh", "orders", seqs[11]));
+    log->sync();
+    EXPECT_EQ(log->queue("vh", "orders")->messages, 8u);
+    EXPECT_EQ(log->queue("vh", "orders")->delivered_seq, seqs[11]);
+  }
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  EXPECT_TRUE(rep.issues.empty());
+  EXPECT_EQ(rep.messages, 8u);
+  EXPECT_EQ(rep.messages_delivered, 12u);
+  auto recs = read_all(*log, "vh", "orders");
+  ASSERT_EQ(recs.size(), 8u);
+  EXPECT_EQ(recs[0].seq, seqs[12]);
+  EXPECT_EQ(recs[0].body, body_of(12));
+  // Sequence numbers keep rising across restarts.
+  log->start();
+  const Completion c = append_wait(log->producer(0), 99, "vh", "orders", "", "x");
+  EXPECT_GT(c.seq, seqs.back());
+}
+
+TEST(SpillLog, SegmentsRollOverAndFullyDeliveredOnesAreDeleted) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.segment_bytes = 16 << 10;
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  uint64_t last = 0;
+  for (int i = 0; i < 100; ++i)
+    last = append_wait(log->producer(0), uint64_t(i), "/", "a", "", body_of(i, 1000)).seq;
+  EXPECT_GE(log->metrics().segments_created.load(), 6u);
+  EXPECT_GE(segment_files(o.dir), 6u);
+  EXPECT_EQ(read_all(*log, "/", "a").size(), 100u);
+  ASSERT_TRUE(log->mark_delivered("/", "a", last));
+  log->sync();
+  // What stays: the newest segment (it carries the sequence high-water mark) and the next one,
+  // prepared ahead of time.
+  EXPECT_EQ(segment_files(o.dir), 2u);
+  EXPECT_EQ(log->queue("/", "a")->messages, 0u);
+  log.reset();
+  RecoveryReport rep2;
+  log = open_log(o, &rep2);
+  ASSERT_TRUE(log);
+  EXPECT_TRUE(rep2.issues.empty());
+  EXPECT_EQ(rep2.messages, 0u);
+}
+
+// A crash can leave segments that were created (the active one, the one prepared ahead) but
+// never written: they hold nothing, so recovery removes them without reporting damage.
+TEST(SpillLog, EmptySegmentsLeftByACrashAreRemovedNotReported) {
+  TempDir t;
+  const SpillOptions o = small_options(t.path());
+  std::filesystem::create_directories(o.dir);
+  for (uint64_t n : {1, 2, 3}) {
+    int fd = -1;
+    ASSERT_EQ(create_segment_file(o.dir, -1, n, 10 * n, o.segment_bytes, true, &fd), 0);
+    ::close(fd);
+  }
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  EXPECT_TRUE(rep.issues.empty()) << rep.issues.front().reason;
+  EXPECT_EQ(segment_files(o.dir), 1u);
+  log->start();
+  // The newest header's first_seq (30) is the sequence high-water mark.
+  EXPECT_GE(append_wait(log->producer(0), 1, "/", "q", "", "x").seq, 30u);
+}
+
+// Segment 2 holds only messages of "a" and is deleted once they are delivered, while segment 1
+// (a's first messages and c's only one, undelivered) stays: a's cursor must survive later
+// cursor writes, or a restart would bring back a's delivered messages from segment 1.
+TEST(SpillLog, CursorOutlivesOutOfOrderSegmentDeletion) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.segment_bytes = 16 << 10;  // 15 records of 1040 bytes each
+  {
+    RecoveryReport rep;
+    auto log = open_log(o, &rep);
+    ASSERT_TRUE(log);
+    log->start();
+    uint64_t last_a = 0, first_b = 0;
+    append_wait(log->producer(0), 0, "/", "c", "", body_of(0, 1000));
+    for (int i = 1; i < 30; ++i)
+      last_a = append_wait(log->producer(0), uint64_t(i), "/", "a", "", body_of(i, 1000)).seq;
+    for (int i = 30; i < 50; ++i) {
+      const uint64_t s =
+          append_wait(log->producer(0), uint64_t(i), "/", "b", "", body_of(i, 1000)).seq;
+      if (!first_b) first_b = s;
+    }
+    ASSERT_GE(log->metrics().segments_created.load(), 4u);
+    log->mark_delivered("/", "a", last_a);
+    log->sync();
+    EXPECT_GE(log->metrics().segments_deleted.load(), 1u);  // segment 2
+    EXPECT_TRUE(read_all(*log, "/", "a").empty());
+    log->mark_delivered("/", "b", first_b);  // the cursor file is written again
+    log->sync();
+  }
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  EXPECT_TRUE(read_all(*log, "/", "a").empty()) << "delivered messages came back";
+  EXPECT_EQ(read_all(*log, "/", "b").size(), 19u);
+  EXPECT_EQ(read_all(*log, "/", "c").size(), 1u);
+}
+
+TEST(SpillLog, QueueLimitRefusesWithSpillFullUntilDelivered) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.queue_messages_max = 5;
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  uint64_t s = 0;
+  for (int i = 0; i < 5; ++i)
+    s = append_wait(log->producer(0), uint64_t(i), "/", "q", "", "m").seq;
+  const Completion c = append_wait(log->producer(0), 5, "/", "q", "", "m");
+  EXPECT_EQ(c.status, AppendStatus::kQueueFull);
+  EXPECT_EQ(append_status_message(c.status).substr(0, 10), "spill full");
+  EXPECT_EQ(log->metrics().refused_queue_full.load(), 1u);
+  // Other queues are not affected.
+  EXPECT_EQ(append_wait(log->producer(0), 6, "/", "other", "", "m").status, AppendStatus::kDurable);
+  log->mark_delivered("/", "q", s);
+  log->sync();
+  EXPECT_EQ(append_wait(log->producer(0), 7, "/", "q", "", "m").status, AppendStatus::kDurable);
+}
+
+TEST(SpillLog, DropOldestKeepsTheNewestAndSurvivesRestart) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.queue_messages_max = 5;
+  o.on_full = OnFull::kDropOldest;
+  {
+    RecoveryReport rep;
+    auto log = open_log(o, &rep);
+    ASSERT_TRUE(log);
+    log->start();
+    for (int i = 0; i < 8; ++i)
+      ASSERT_EQ(append_wait(log->producer(0), uint64_t(i), "/", "q", "", body_of(i)).status,
+                AppendStatus::kDurable);
+    EXPECT_EQ(log->metrics().dropped.load(), 3u);
+    auto recs = read_all(*log, "/", "q");
+    ASSERT_EQ(recs.size(), 5u);
+    EXPECT_EQ(recs[0].body, body_of(3));
+  }
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  auto recs = read_all(*log, "/", "q");
+  ASSERT_EQ(recs.size(), 5u);
+  EXPECT_EQ(recs[0].body, body_of(3));
+}
+
+TEST(SpillLog, MaxBytesRefusesNewSegmentsThenRecoversAfterDelivery) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.segment_bytes = 16 << 10;
+  o.max_bytes = 3 * o.segment_bytes;
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  int ok = 0;
+  uint64_t last = 0;
+  AppendStatus refused = AppendStatus::kDurable;
+  for (int i = 0; i < 200 && refused == AppendStatus::kDurable; ++i) {
+    const Completion c = append_wait(log->producer(0), uint64_t(i), "/", "q", "", body_of(i, 1000));
+    if (c.status == AppendStatus::kDurable) {
+      ++ok;
+      last = c.seq;
+    } else {
+      refused = c.status;
+    }
+  }
+  EXPECT_EQ(refused, AppendStatus::kSpillFull);
+  EXPECT_GT(ok, 20);
+  EXPECT_LE(log->metrics().disk_bytes.load(), o.max_bytes);
+  EXPECT_EQ(log->metrics().refused_spill_full.load(), 1u);
+  EXPECT_EQ(read_all(*log, "/", "q").size(), size_t(ok));
+  log->mark_delivered("/", "q", last);
+  log->sync();
+  EXPECT_EQ(append_wait(log->producer(0), 1000, "/", "q", "", "x").status, AppendStatus::kDurable);
+}
+
+TEST(SpillLog, MaxBytesDropOldestDropsTheOldestSegment) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.segment_bytes = 16 << 10;
+  o.max_bytes = 3 * o.segment_bytes;
+  o.on_full = OnFull::kDropOldest;
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  for (int i = 0; i < 200; ++i)
+    ASSERT_EQ(append_wait(log->producer(0), uint64_t(i), "/", "q", "", body_of(i, 1000)).status,
+              AppendStatus::kDurable);
+  EXPECT_GT(log->metrics().dropped.load(), 100u);
+  EXPECT_LE(log->metrics().disk_bytes.load(), o.max_bytes);
+  auto recs = read_all(*log, "/", "q");
+  ASSERT_FALSE(recs.empty());
+  EXPECT_EQ(recs.back().body, body_of(199, 1000));
+  EXPECT_EQ(recs.size() + log->metrics().dropped.load(), 200u);
+}
+
+TEST(SpillLog, BacklogEventsMarkTheDrainBarrier) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  std::mutex mu;
+  std::vector<std::string> events;
+  o.on_backlog = [&](const BacklogEvent& e) {
+    std::lock_guard<std::mutex> l(mu);
+    events.push_back(std::string(e.queue) + (e.nonempty ? "+" : "-"));
+  };
+  {
+    RecoveryReport rep;
+    auto log = open_log(o, &rep);
+    ASSERT_TRUE(log);
+    log->start();
+    const uint64_t a1 = append_wait(log->producer(0), 1, "/", "a", "", "1").seq;
+    const uint64_t a2 = append_wait(log->producer(0), 2, "/", "a", "", "2").seq;
+    append_wait(log->producer(0), 3, "/", "b", "", "3");
+    log->mark_delivered("/", "a", a1);
+    log->sync();
+    {
+      std::lock_guard<std::mutex> l(mu);
+      EXPECT_EQ(events, (std::vector<std::string>{"a+", "b+"}));
+    }
+    log->mark_delivered("/", "a", a2);
+    log->sync();
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(events, (std::vector<std::string>{"a+", "b+", "a-"}));
+    events.clear();
+  }
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);  // b still has a backlog: reported at open
+  ASSERT_TRUE(log);
+  std::lock_guard<std::mutex> l(mu);
+  EXPECT_EQ(events, (std::vector<std::string>{"b+"}));
+}
+
+TEST(SpillLog, ProducerRefusalsAreImmediateAndCounted) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.producer_ring_depth = 2;
+  o.producer_arena_bytes = 10 << 10;
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);  // not started: nothing is consumed
+  ASSERT_TRUE(log);
+  SpillProducer& p = log->producer(0);
+  EXPECT_EQ(p.append(1, "/", "q", "", std::string(9000, 'x')), AppendResult::kTooLarge);
+  EXPECT_EQ(p.append(1, "", "q", "", "x"), AppendResult::kBadName);
+  EXPECT_EQ(p.append(1, "/", std::string(kQueueBytesMax + 1, 'q'), "", "x"),
+            AppendResult::kBadName);
+  EXPECT_EQ(p.append(1, "/", "q", "", std::string(6000, 'x')), AppendResult::kQueued);
+  EXPECT_EQ(p.append(2, "/", "q", "", std::string(6000, 'x')), AppendResult::kArenaFull);
+  EXPECT_EQ(p.append(3, "/", "q", "", "small"), AppendResult::kQueued);
+  EXPECT_EQ(p.append(4, "/", "q", "", "small"), AppendResult::kRingFull);
+  EXPECT_EQ(log->metrics().refused_arena_full.load(), 1u);
+  EXPECT_EQ(log->metrics().refused_ring_full.load(), 1u);
+  EXPECT_EQ(log->metrics().refused_too_large.load(), 1u);
+  log->start();
+  std::vector<uint64_t> tokens;
+  for (int i = 0; i < 100 && tokens.size() < 2; ++i) {
+    p.poll([&](const Completion& c) { tokens.push_back(c.token); }, 8);
+    if (tokens.size() < 2) p.wait(100);
+  }
+  EXPECT_EQ(tokens, (std::vector<uint64_t>{1, 3}));
+  // The arena wrapped and has room again.
+  EXPECT_EQ(append_wait(p, 5, "/", "q", "", std::string(6000, 'y')).status, AppendStatus::kDurable);
+}
+
+TEST(SpillLog, SecondOpenOfTheSameDirectoryIsRefused) {
+  TempDir t;
+  RecoveryReport rep;
+  auto a = open_log(small_options(t.path()), &rep);
+  ASSERT_TRUE(a);
+  std::string error;
+  auto b = SpillLog::open(small_options(t.path()), &rep, &error);
+  EXPECT_FALSE(b);
+  EXPECT_NE(error.find("another sluiced"), std::string::npos) << error;
+}
+
+TEST(SpillLog, BadOptionsAreRefusedWithTheirName) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.max_bytes = o.segment_bytes;
+  RecoveryReport rep;
+  std::string error;
+  EXPECT_FALSE(SpillLog::open(o, &rep, &error));
+  EXPECT_NE(error.find("spill.max_bytes"), std::string::npos) << error;
+}
+
+TEST(SpillLog, ConcurrentProducersGetTheirCompletionsInOrder) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.producers = 4;
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (uint32_t pi = 0; pi < 4; ++pi)
+    threads.emplace_back([&, pi] {
+      SpillProducer& p = log->producer(pi);
+      uint64_t next = 1, expect = 1;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (expect <= 500 && std::chrono::steady_clock::now() < deadline) {
+        while (next <= 500 && p.append(next, "/", "q" + std::to_string(pi), "",
+                                       body_of(int(next))) == AppendResult::kQueued)
+          ++next;
+        p.poll(
+            [&](const Completion& c) {
+              if (c.token != expect || c.status != AppendStatus::kDurable) ++failures;
+              ++expect;
+            },
+            64);
+        p.wait(50);
+      }
+      if (expect != 501) ++failures;
+    });
+  for (auto& th : threads)
+    th.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (int pi = 0; pi < 4; ++pi) {
+    auto recs = read_all(*log, "/", "q" + std::to_string(pi));
+    ASSERT_EQ(recs.size(), 500u);
+    for (int i = 0; i < 500; ++i)
+      ASSERT_EQ(recs[size_t(i)].body, body_of(i + 1));
+  }
+}
+
+}  // namespace
+}  // namespace sluice::queue
