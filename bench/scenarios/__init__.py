@@ -1,0 +1,1 @@
+"""Parts of the scenario harness (bench/scenario.py): processes and arrangements, report."""

@@ -1,0 +1,186 @@
+"""What sluice-load is pointed at: the benchmark sink directly, or through a proxy in front of it.
+
+Every process is started here by Popen, remembered, and ended by its PID in `Processes.stop_all`
+(the harness calls it in a `finally`). Ports are picked free on loopback at run time.
+"""
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent():
+    """Popen preexec_fn: the child gets SIGTERM if the harness dies, even by SIGKILL (the
+    setting survives taskset's exec). The harness is single-threaded, so preexec_fn is safe."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (the kernel's choice; it is used within a second)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port, proc, timeout_s, what):
+    """Wait until 127.0.0.1:port accepts a connection; fail naming `what` if it never does."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode} before listening "
+                               f"on 127.0.0.1:{port} (see its log)")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} is not listening on 127.0.0.1:{port} after {timeout_s} s")
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds a live process has used so far (from /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def run_delay_seconds(pid):
+    """Seconds a live process has spent runnable but waiting for a CPU (/proc/PID/schedstat):
+    on a shared machine, what tells a starved process from an idle one."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pinned(cmd, cpus):
+    """`cmd` under `taskset -c cpus`, or unchanged when cpus is None (no pinning)."""
+    return cmd if cpus is None else ["taskset", "-c", cpus] + cmd
+
+
+class Processes:
+    """Every long-lived process the harness starts, so that all are ended by PID at the end."""
+
+    def __init__(self, log_dir):
+        self.log_dir = log_dir
+        self.procs = []  # (name, Popen, log file)
+
+    def start(self, name, cmd):
+        log = open(os.path.join(self.log_dir, f"{name}.log"), "w")
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        self.procs.append((name, proc, log))
+        return proc
+
+    def stop(self, proc, grace_s=3.0):
+        for i, (name, p, log) in enumerate(self.procs):
+            if p is proc:
+                del self.procs[i]
+                _end(p, grace_s)
+                log.close()
+                return
+
+    def stop_all(self):
+        while self.procs:
+            self.stop(self.procs[-1][1])
+
+
+def _end(proc, grace_s):
+    """SIGTERM to this PID, then SIGKILL to it if it is still there after grace_s."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+class Sink:
+    """`sluice-load serve` on a free loopback port; every arrangement ends at it."""
+
+    def __init__(self, procs, sluice_load, cpus, lifetime_s):
+        self.port = free_port()
+        self.cmd = pinned([sluice_load, "serve", "--listen", f"127.0.0.1:{self.port}",
+                           "--connections-max", "4096",
+                           # a backstop: the sink ends itself even if the harness is SIGKILLed
+                           "--duration", str(int(lifetime_s))], cpus)
+        self.proc = procs.start(f"sink-{self.port}", self.cmd)
+        wait_listening(self.port, self.proc, 10, "sluice-load serve (the sink)")
+
+
+class Direct:
+    """sluice-load straight to the sink: the reference every other arrangement is divided by."""
+
+    name = "direct"
+
+    def __init__(self, procs, sink, cpus, log_dir):
+        self.port = sink.port
+        self.commands = []
+        self.pids = []
+
+
+class HAProxy:
+    """HAProxy 2.6 in TCP mode, one thread, from a generated config: the comparison peer."""
+
+    name = "haproxy"
+    binary = "/usr/sbin/haproxy"
+
+    def __init__(self, procs, sink, cpus, log_dir):
+        self.port = free_port()
+        config = os.path.join(log_dir, f"haproxy-{self.port}.cfg")
+        with open(config, "w") as f:
+            f.write(HAPROXY_CONFIG.format(port=self.port, sink_port=sink.port))
+        cmd = pinned([self.binary, "-db", "-f", config], cpus)
+        self.commands = [cmd]
+        self.proc = procs.start(f"haproxy-{self.port}", cmd)
+        wait_listening(self.port, self.proc, 10, "haproxy")
+        self.pids = [self.proc.pid]
+
+
+# One thread (nbthread 1) so that HAProxy gets the same single core as the sink; buffers and
+# timeouts are HAProxy's defaults apart from generous client/server timeouts (no idle cut during
+# a run). No logging: it would cost HAProxy time that the sink does not spend.
+HAPROXY_CONFIG = """\
+# generated by bench/scenario.py for one scenario; removed with the run's directory
+global
+    nbthread 1
+    maxconn 8192
+
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+
+frontend stomp
+    bind 127.0.0.1:{port}
+    default_backend sink
+
+backend sink
+    server sink 127.0.0.1:{sink_port}
+"""
+
+
+# The arrangements, in the order they run within each repetition (A B C A B C ...). The first
+# one is the reference of the ratios. To add "via Sluice" when the engine exists: a class like
+# HAProxy above (start `sluiced --config GENERATED.toml` with a route to 127.0.0.1:sink.port,
+# wait for its port, set .port, .commands, .pids) and its entry here; nothing else changes.
+ARRANGEMENTS = {
+    "direct": Direct,
+    "haproxy": HAProxy,
+    # "sluiced": Sluiced,
+}
