@@ -1,6 +1,7 @@
 // Admin API routes: JSON in and out, one clear "error" line with a fitting status on failure.
 #include "control/admin_api.h"
 
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
 
@@ -203,6 +204,7 @@ AdminResponse AdminApi::handle(const AdminRequest& r) {
     if (r.method != "GET") return method_not_allowed(r, "GET");
     std::string text = control_.metrics_text();
     if (spill_ != nullptr) text += spill_->metrics_text();
+    if (sessions_ != nullptr) text += sessions_->metrics_text();
     return AdminResponse{200, "text/plain; version=0.0.4; charset=utf-8", std::move(text)};
   }
   if (p == "/v1/status") return status(r);
@@ -213,6 +215,7 @@ AdminResponse AdminApi::handle(const AdminRequest& r) {
   if (p == "/v1/settings" || p.starts_with("/v1/settings/")) return settings(r);
   if (p == "/v1/reload") return reload(r);
   if (p == "/v1/spill" || p.starts_with("/v1/spill/")) return spill(r);
+  if (p == "/v1/sessions") return sessions(r);
   return error(404, "no endpoint " + p + "; see the Admin API section of the README");
 }
 
@@ -225,25 +228,32 @@ AdminResponse AdminApi::status(const AdminRequest& r) {
             {"failures", s.feed_failures},
             {"last_success", iso_time(s.feed_last_success_unix_ms)},
             {"last_error", s.feed_last_error}};
-  return reply(200, json{
-                        {"version", SLUICE_VERSION},
-                        {"gateway", c.id},
-                        {"started", iso_time(s.started_unix_ms)},
-                        {"uptime_s", (unix_ms_now() - s.started_unix_ms) / 1000},
-                        {"workers", s.workers},
-                        {"nodes", s.nodes},
-                        {"nodes_up", s.nodes_up},
-                        {"queues", s.queues},
-                        {"queues_max", c.queues_max},
-                        {"pinned", s.pinned},
-                        {"learned", s.learned},
-                        {"placed", s.placed},
-                        {"placements", s.placements},
-                        {"queues_with_backlog", s.queues_with_backlog},
-                        {"placement_policy", placement_policy_name(c.placement)},
-                        {"log_level", *control_.setting("log_level")},
-                        {"feed", feed},
-                    });
+  json answer{
+      {"version", SLUICE_VERSION},
+      {"gateway", c.id},
+      {"started", iso_time(s.started_unix_ms)},
+      {"uptime_s", (unix_ms_now() - s.started_unix_ms) / 1000},
+      {"workers", s.workers},
+      {"nodes", s.nodes},
+      {"nodes_up", s.nodes_up},
+      {"queues", s.queues},
+      {"queues_max", c.queues_max},
+      {"pinned", s.pinned},
+      {"learned", s.learned},
+      {"placed", s.placed},
+      {"placements", s.placements},
+      {"queues_with_backlog", s.queues_with_backlog},
+      {"placement_policy", placement_policy_name(c.placement)},
+      {"log_level", *control_.setting("log_level")},
+      {"feed", feed},
+  };
+  if (sessions_ != nullptr) {
+    const SessionTotals t = sessions_->totals();
+    answer["sessions"] =
+        json{{"active", t.active}, {"prelude", t.prelude},   {"spliced", t.spliced},
+             {"spill", t.spill},   {"accepted", t.accepted}, {"refused", t.refused}};
+  }
+  return reply(200, answer);
 }
 
 AdminResponse AdminApi::nodes(const AdminRequest& r) {
@@ -470,6 +480,42 @@ AdminResponse AdminApi::spill(const AdminRequest& r) {
   log_event(LogLevel::kWarn, "spill_purged",
             {{"vhost", *vhost}, {"queue", *name}, {"messages", std::to_string(*purged)}});
   return reply(200, json{{"vhost", *vhost}, {"queue", *name}, {"purged", *purged}});
+}
+
+// GET /v1/sessions?limit=N: the dataplane's sessions, oldest first per worker.
+AdminResponse AdminApi::sessions(const AdminRequest& r) {
+  if (sessions_ == nullptr) return error(503, "the dataplane's sessions are not available");
+  if (r.method != "GET") return method_not_allowed(r, "GET");
+  size_t limit = kSessionsListDefault;
+  if (const std::string* l = query(r, "limit")) {
+    size_t v = 0;
+    auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), v);
+    if (ec != std::errc() || p != l->data() + l->size() || v == 0 || v > kSessionsListMax) {
+      return error(400, "limit must be a whole number from 1 to " +
+                            std::to_string(kSessionsListMax) + ", not \"" + *l + "\"");
+    }
+    limit = v;
+  }
+  size_t total = 0;
+  std::vector<SessionInfo> found = sessions_->sessions(limit, &total);
+  // The engine promises at most `limit`; the answer keeps the promise whatever it returned.
+  if (found.size() > limit) found.resize(limit);
+  total = std::max(total, found.size());
+  json list = json::array();
+  for (const SessionInfo& s : found) {
+    list.push_back(json{{"worker", s.worker},
+                        {"id", s.id},
+                        {"client", s.client},
+                        {"vhost", s.vhost},
+                        {"queue", s.queue},
+                        {"owner", s.owner},
+                        {"state", s.state},
+                        {"bytes_in", s.bytes_in},
+                        {"bytes_out", s.bytes_out},
+                        {"age_ms", s.age_ms}});
+  }
+  const bool truncated = total > list.size();
+  return reply(200, json{{"total", total}, {"truncated", truncated}, {"sessions", list}});
 }
 
 }  // namespace sluice::control

@@ -50,6 +50,7 @@ constexpr int64_t kIntervalMsMin = 100;
 constexpr int64_t kIntervalMsMax = 3'600'000;
 constexpr int64_t kTimeoutMsMin = 10;
 constexpr int64_t kWorkersMax = 64;
+constexpr int64_t kStopGraceMsMax = 3'600'000;
 constexpr int64_t kRiseFallMax = 100;
 
 // interval_ms and timeout_ms of a periodic check: a probe must end before the next one starts.
@@ -67,7 +68,8 @@ void read_interval_timeout(const Table& t, uint32_t* interval_ms, uint32_t* time
 }
 
 void read_gateway(const Table& root, GatewayConfig* c) {
-  std::optional<Table> t = root.table("gateway", {"id", "state_dir", "workers"});
+  std::optional<Table> t =
+      root.table("gateway", {"id", "state_dir", "workers", "stop_grace_ms", "sqpoll"});
   if (!t) return;
   if (auto v = t->string("id")) {
     if (!valid_name(*v)) t->fail_at("id", std::string(kNameRule));
@@ -75,6 +77,8 @@ void read_gateway(const Table& root, GatewayConfig* c) {
   }
   if (auto v = t->path("state_dir")) c->state_dir = *v;
   if (auto v = t->integer("workers", 1, kWorkersMax)) c->workers = uint32_t(*v);
+  if (auto v = t->integer("stop_grace_ms", 0, kStopGraceMsMax)) c->stop_grace_ms = uint32_t(*v);
+  if (auto v = t->boolean("sqpoll")) c->sqpoll = *v;
 }
 
 void read_listen(const Table& root, GatewayConfig* c) {
@@ -150,7 +154,8 @@ void read_limits(const Table& root, GatewayConfig* c) {
       root.table("limits", {"sessions_max", "sessions_per_source_max", "prelude_sessions_max",
                             "prelude_bytes_max", "frame_bytes_max", "header_count_max",
                             "header_line_bytes_max", "body_bytes_max", "frame_timeout_ms",
-                            "prelude_idle_timeout_ms", "connect_timeout_ms", "queues_max"});
+                            "prelude_idle_timeout_ms", "connect_timeout_ms", "queues_max",
+                            "spill_sessions_max", "pipe_bytes"});
   if (t) {
     constexpr int64_t kBytesCeiling = FrameLimits::kFrameBytesCeiling;
     session::SessionConfig& s = c->session;
@@ -186,6 +191,10 @@ void read_limits(const Table& root, GatewayConfig* c) {
       c->connect_timeout_ms = uint32_t(*v);
     }
     if (auto v = t->integer("queues_max", 1, kQueuesMaxCeiling)) c->queues_max = uint32_t(*v);
+    if (auto v = t->integer("spill_sessions_max", 0, kSessionsMax)) {
+      c->spill_sessions_max = uint32_t(*v);
+    }
+    if (auto v = t->integer("pipe_bytes", 4096, 1 << 20)) c->pipe_bytes = uint32_t(*v);
   }
   // The keys are valid one by one; the session core checks how they combine.
   std::string why = c->session.validate();

@@ -65,6 +65,10 @@ struct SpillConfig {
   uint64_t queue_messages_max = 1'000'000;  // undelivered messages of one queue
   uint64_t queue_bytes_max = 1ull << 30;    // their bytes
   SpillOnFull on_full = SpillOnFull::kRefuse;
+  // Spill sessions' credentials and per-queue ACL (gateway/spill_auth.h). Without a users file,
+  // spill sessions are refused unless allow_anonymous; setting both is a config error.
+  std::string users_file;        // empty: none
+  bool allow_anonymous = false;  // only without users_file: anyone may spill to any queue
 };
 
 // [drain]: the drainer that delivers spilled backlogs to their owners.
@@ -91,6 +95,8 @@ struct GatewayConfig {
   std::string id = "sluice";  // in sluice-message-id; [A-Za-z0-9._-]{1,64}
   std::string state_dir = "/var/lib/sluice";
   uint32_t workers = 1;
+  uint32_t stop_grace_ms = 10'000;  // SIGTERM: spliced sessions get this long to finish
+  bool sqpoll = false;              // io_uring SQPOLL: a kernel thread polls each worker's ring
   // [listen]
   ListenAddress listen{"0.0.0.0", 61613};
   // [admin]
@@ -105,6 +111,8 @@ struct GatewayConfig {
   uint32_t prelude_sessions_max = 10'000;
   uint32_t connect_timeout_ms = 2'000;
   uint32_t queues_max = 100'000;
+  uint32_t spill_sessions_max = 256;  // sessions served from the spill log at once; 0: none
+  uint32_t pipe_bytes = 64u << 10;    // capacity of each splice pipe (two per spliced session)
   // [health], [placement], [[nodes]], [feed.rabbitmq]
   HealthConfig health;
   PlacementPolicy placement = PlacementPolicy::kRendezvous;

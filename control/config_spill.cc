@@ -26,9 +26,9 @@ std::string mib(uint64_t bytes) {
 }  // namespace
 
 void read_spill(const Table& root, GatewayConfig* c) {
-  std::optional<Table> t = root.table(
-      "spill",
-      {"dir", "max_bytes", "segment_bytes", "queue_messages_max", "queue_bytes_max", "on_full"});
+  std::optional<Table> t =
+      root.table("spill", {"dir", "max_bytes", "segment_bytes", "queue_messages_max",
+                           "queue_bytes_max", "on_full", "users_file", "allow_anonymous"});
   if (!t) return;
   SpillConfig& s = c->spill;
   if (auto v = t->path("dir")) s.dir = *v;
@@ -53,6 +53,13 @@ void read_spill(const Table& root, GatewayConfig* c) {
     } else {
       t->fail_at("on_full", "must be \"refuse\" or \"drop-oldest\"");
     }
+  }
+  if (auto v = t->path("users_file")) s.users_file = *v;
+  if (auto v = t->boolean("allow_anonymous")) s.allow_anonymous = *v;
+  if (!s.users_file.empty() && s.allow_anonymous) {
+    t->fail_at("allow_anonymous",
+               "must not be true with users_file: with a users file every spill session "
+               "authenticates; remove one of the two");
   }
   const uint64_t frame = c->session.frame_limits.frame_bytes_max;
   if (s.segment_bytes < frame + kSegmentSlackBytes) {

@@ -74,6 +74,11 @@ class Replica {
   NodeIndex place_unknown(std::string_view vhost, std::string_view queue, WorkerToControl* report);
 
   size_t node_count() const { return placement_->node_count(); }
+  // Every configured node in the key's rendezvous order (a node in drain passes its new
+  // sessions to the next); out must hold node_count().
+  void order(std::string_view vhost, std::string_view queue, std::span<NodeIndex> out) const {
+    placement_->order(vhost, queue, out);
+  }
   AdminState node_admin(NodeIndex node) const;
   HealthState node_health(NodeIndex node) const;
   // The sequence number of the last Barrier applied (0 before any).

@@ -2,6 +2,7 @@
 // spill log and its drainer, the workers and the admin API, and runs until SIGTERM; SIGHUP
 // reloads the config (DESIGN 5, 6, 9).
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 
@@ -21,7 +22,10 @@
 #include "control/config.h"
 #include "control/control.h"
 #include "control/log.h"
-#include "control/replica_worker.h"
+#include "dataplane/uring/engine.h"
+#include "gateway/engine_admin.h"
+#include "gateway/engine_parts.h"
+#include "gateway/spill_auth.h"
 #include "gateway/spill_service.h"
 
 namespace {
@@ -53,6 +57,43 @@ std::optional<std::string> ensure_dir(const std::string& dir, const char* key) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return std::string(key) + ": cannot create directory " + dir + ": " + ec.message();
   return std::nullopt;
+}
+
+// Each session holds up to six descriptors (client, owner, two pipes); raise the soft and, as
+// root, the hard limit so that sessions_max fits.
+void raise_fd_limit(uint32_t sessions_max) {
+  const rlim_t want = rlim_t(sessions_max) * 6 + 4096;
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= want) return;
+  rlimit next{want, std::max(want, r.rlim_max)};
+  if (setrlimit(RLIMIT_NOFILE, &next) != 0) {
+    next = rlimit{r.rlim_max, r.rlim_max};
+    setrlimit(RLIMIT_NOFILE, &next);
+    log_event(LogLevel::kWarn, "fd_limit",
+              {{"wanted", std::to_string(want)}, {"got", std::to_string(r.rlim_max)}});
+  }
+}
+
+sluice::uring::EngineOptions engine_options(const GatewayConfig& c) {
+  sluice::uring::EngineOptions o;
+  o.listen_host = c.listen.host;
+  o.listen_port = c.listen.port;
+  o.workers = c.workers;
+  o.sessions_max = c.sessions_max;
+  o.sessions_per_source_max = c.sessions_per_source_max;
+  o.prelude_sessions_max = c.prelude_sessions_max;
+  o.spill_sessions_max = c.spill_sessions_max;
+  o.connect_timeout_ms = c.connect_timeout_ms;
+  o.pipe_bytes = c.pipe_bytes;
+  o.sqpoll = c.sqpoll;
+  return o;
+}
+
+void log_from_engine(sluice::uring::LogLevel l, std::string_view event,
+                     std::span<const sluice::uring::LogField> fields) {
+  static constexpr LogLevel kLevels[] = {LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn,
+                                         LogLevel::kError};
+  log_event(kLevels[size_t(l)], event, fields);
 }
 
 int check_config(const std::string& path) {
@@ -93,9 +134,35 @@ int run(const std::string& path) {
       sluice::gateway::SpillService::open(config, secrets, control, io, &spill_error);
   if (!spill) return fail(kExitStartFailed, spill_error);
 
-  std::vector<std::unique_ptr<ReplicaWorker>> workers;
-  for (uint32_t i = 0; i < config.workers; ++i)
-    workers.push_back(std::make_unique<ReplicaWorker>(control.attach_worker()));
+  // The engine: one router (replica), spill producer and credentials checker per worker.
+  sluice::gateway::NodeDirectory directory;
+  if (auto e = directory.set(config.nodes)) return fail(kExitStartFailed, *e);
+  std::shared_ptr<const sluice::gateway::UsersFile> users;
+  if (!config.spill.users_file.empty()) {
+    auto loaded_users = sluice::gateway::UsersFile::load(config.spill.users_file);
+    if (auto* e = std::get_if<std::string>(&loaded_users)) {
+      return fail(kExitBadConfig, "spill.users_file: " + *e);
+    }
+    users = std::get<std::shared_ptr<const sluice::gateway::UsersFile>>(loaded_users);
+  }
+  std::vector<std::unique_ptr<sluice::gateway::ReplicaRouter>> routers;
+  std::vector<std::unique_ptr<sluice::gateway::ProducerSink>> sinks;
+  std::vector<std::unique_ptr<sluice::gateway::SpillAuth>> auths;
+  std::vector<sluice::uring::WorkerParts> parts;
+  for (uint32_t i = 0; i < config.workers; ++i) {
+    routers.push_back(
+        std::make_unique<sluice::gateway::ReplicaRouter>(control.attach_worker(), directory));
+    sinks.push_back(std::make_unique<sluice::gateway::ProducerSink>(spill->log().producer(i)));
+    auths.push_back(
+        std::make_unique<sluice::gateway::SpillAuth>(users, config.spill.allow_anonymous));
+    parts.push_back({routers.back().get(), sinks.back().get(), auths.back().get()});
+  }
+  raise_fd_limit(config.sessions_max);
+  std::string engine_error;
+  std::unique_ptr<sluice::uring::Engine> engine = sluice::uring::Engine::open(
+      engine_options(config), config.session, parts, log_from_engine, &engine_error);
+  if (!engine) return fail(kExitStartFailed, "engine: " + engine_error);
+  sluice::gateway::EngineAdmin engine_admin(*engine);
 
   auto reload = [&]() -> std::optional<std::string> {
     sd_notify(0, "RELOADING=1");
@@ -112,6 +179,9 @@ int run(const std::string& path) {
         control.reload_failed(*error);
       } else {
         spill->set_nodes(control.config().nodes);
+        if (auto bad = directory.set(control.config().nodes)) {
+          log_event(LogLevel::kError, "reload_nodes", {{"error", *bad}});
+        }
       }
     }
     sd_notify(0, "READY=1");
@@ -119,6 +189,7 @@ int run(const std::string& path) {
   };
   AdminApi api(control, reload);
   api.set_spill(spill.get());
+  api.set_sessions(&engine_admin);
   AdminServer admin(io, [&api](const AdminRequest& r) { return api.handle(r); });
   if (auto e = admin.listen_unix(config.admin_socket)) {
     return fail(kExitStartFailed, "admin.socket: " + *e);
@@ -130,6 +201,7 @@ int run(const std::string& path) {
   }
   control.start();
   spill->start();
+  engine->start();
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_signal =
@@ -158,11 +230,13 @@ int run(const std::string& path) {
             {{"version", SLUICE_VERSION},
              {"config", path},
              {"admin", where},
+             {"listen", config.listen.host + ":" + std::to_string(engine->port())},
              {"workers", std::to_string(config.workers)}});
   sd_notify(0, "READY=1\nSTATUS=running");
   io.run();
-  for (auto& w : workers)
-    w->stop();
+  // Spliced sessions get the grace period; spill sessions answer what is pending; then the log
+  // writes what it holds.
+  engine->stop(control.config().stop_grace_ms);
   spill->stop();
   log_event(LogLevel::kInfo, "sluiced_stopped", {});
   return 0;

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "control/log.h"
+#include "gateway/metrics_families.h"
 
 namespace sluice::gateway {
 
@@ -44,27 +45,6 @@ int64_t unix_ns_now() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-
-// Prometheus text, one family at a time.
-class Families {
- public:
-  void family(const char* name, const char* type, const char* help) {
-    text_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  }
-  void sample(const std::string& name, const std::string& labels, double v) {
-    char num[64];
-    std::snprintf(num, sizeof num, "%.17g", v);
-    text_ += name + (labels.empty() ? "" : "{" + labels + "}") + " " + num + "\n";
-  }
-  void one(const char* name, const char* type, const char* help, double v) {
-    family(name, type, help);
-    sample(name, "", v);
-  }
-  std::string take() { return std::move(text_); }
-
- private:
-  std::string text_;
-};
 
 }  // namespace
 

@@ -330,3 +330,98 @@ TEST_F(AdminApiTest, SpillRoutesShowDrainAndPurgeWithConfirmation) {
 
 }  // namespace
 }  // namespace sluice::control
+
+namespace sluice::control {
+namespace {
+
+// The engine's sessions as the admin API sees them: 3 in all, the limit the API asked for kept.
+class FakeSessions : public SessionsAdmin {
+ public:
+  std::vector<SessionInfo> sessions(size_t limit, size_t* total) override {
+    limits_.push_back(limit);
+    std::vector<SessionInfo> all = {
+        SessionInfo{0, 7, "10.0.0.7:51234", "", "", "", "prelude", 120, 0, 15},
+        SessionInfo{0, 9, "10.0.0.8:40000", "/", "orders", "n1", "spliced", 4096, 1 << 20, 62'000},
+        SessionInfo{1, 12, "10.0.0.9:40001", "/", "audit", "", "spill", 300, 80, 1'500},
+    };
+    *total = all.size();
+    if (all.size() > limit) all.resize(limit);
+    return all;
+  }
+  SessionTotals totals() override { return SessionTotals{3, 1, 1, 1, 40, 2}; }
+  std::string metrics_text() override { return "# TYPE sluice_sessions_active gauge\n"; }
+
+  std::vector<size_t> limits_;
+};
+
+TEST_F(AdminApiTest, SessionsAnswer503UntilTheGatewaySetsThem) {
+  AdminResponse r = call("GET", "/v1/sessions");
+  EXPECT_EQ(r.status, 503u);
+  EXPECT_EQ(error_of(r), "the dataplane's sessions are not available");
+  EXPECT_FALSE(body(call("GET", "/v1/status")).contains("sessions"));
+  EXPECT_EQ(call("GET", "/metrics").body.find("sluice_sessions_active"), std::string::npos);
+}
+
+TEST_F(AdminApiTest, SessionsListEverySessionField) {
+  FakeSessions sessions;
+  api_->set_sessions(&sessions);
+  AdminResponse r = call("GET", "/v1/sessions");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(r.content_type, "application/json");
+  json j = body(r);
+  EXPECT_EQ(j["total"], 3);
+  EXPECT_EQ(j["truncated"], false);
+  ASSERT_EQ(j["sessions"].size(), 3u);
+  EXPECT_EQ(j["sessions"][1], (json{{"worker", 0},
+                                    {"id", 9},
+                                    {"client", "10.0.0.8:40000"},
+                                    {"vhost", "/"},
+                                    {"queue", "orders"},
+                                    {"owner", "n1"},
+                                    {"state", "spliced"},
+                                    {"bytes_in", 4096},
+                                    {"bytes_out", 1 << 20},
+                                    {"age_ms", 62'000}}));
+  EXPECT_EQ(j["sessions"][0]["state"], "prelude");
+  EXPECT_EQ(j["sessions"][0]["vhost"], "");
+  EXPECT_EQ(j["sessions"][2]["worker"], 1);
+  EXPECT_EQ(sessions.limits_, std::vector<size_t>{kSessionsListDefault});
+  EXPECT_EQ(call("POST", "/v1/sessions").status, 405u);
+  EXPECT_EQ(call("GET", "/v1/sessions/7").status, 404u);
+}
+
+TEST_F(AdminApiTest, SessionsLimitIsCheckedAndPassedOn) {
+  FakeSessions sessions;
+  api_->set_sessions(&sessions);
+  json j = body(call("GET", "/v1/sessions", {}, {{"limit", "2"}}));
+  EXPECT_EQ(j["sessions"].size(), 2u);
+  EXPECT_EQ(j["total"], 3);
+  EXPECT_EQ(j["truncated"], true);
+  ASSERT_EQ(call("GET", "/v1/sessions", {}, {{"limit", "100000"}}).status, 200u);
+  EXPECT_EQ(sessions.limits_, (std::vector<size_t>{2, kSessionsListMax}));
+  for (const char* bad : {"0", "100001", "ten", "-1", "5x", ""}) {
+    AdminResponse r = call("GET", "/v1/sessions", {}, {{"limit", bad}});
+    EXPECT_EQ(r.status, 400u) << bad;
+    EXPECT_EQ(error_of(r),
+              "limit must be a whole number from 1 to 100000, not \"" + std::string(bad) + "\"");
+  }
+  EXPECT_EQ(sessions.limits_.size(), 2u);  // refused limits never reach the engine
+}
+
+TEST_F(AdminApiTest, SessionTotalsInStatusAndEngineFamiliesInMetrics) {
+  FakeSessions sessions;
+  api_->set_sessions(&sessions);
+  json s = body(call("GET", "/v1/status"))["sessions"];
+  EXPECT_EQ(s, (json{{"active", 3},
+                     {"prelude", 1},
+                     {"spliced", 1},
+                     {"spill", 1},
+                     {"accepted", 40},
+                     {"refused", 2}}));
+  const std::string m = call("GET", "/metrics").body;
+  EXPECT_NE(m.find("# TYPE sluice_sessions_active gauge\n"), std::string::npos);
+  EXPECT_NE(m.find("sluice_ownership_entries"), std::string::npos);  // control's own stay
+}
+
+}  // namespace
+}  // namespace sluice::control

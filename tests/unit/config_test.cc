@@ -894,3 +894,61 @@ TEST(Config, MutatedExampleNeverThrows) {
 
 }  // namespace
 }  // namespace sluice::control
+
+namespace sluice::control {
+namespace {
+
+TEST(Config, SpillUsersFileAndAllowAnonymousAreRead) {
+  GatewayConfig d = must_parse(std::string(kOneNode));
+  EXPECT_EQ(d.spill.users_file, "");
+  EXPECT_FALSE(d.spill.allow_anonymous);
+  GatewayConfig u =
+      must_parse("[spill]\nusers_file = \"/etc/sluice/spill-users\"\n" + std::string(kOneNode));
+  EXPECT_EQ(u.spill.users_file, "/etc/sluice/spill-users");
+  EXPECT_FALSE(u.spill.allow_anonymous);
+  GatewayConfig a = must_parse("[spill]\nallow_anonymous = true\n" + std::string(kOneNode));
+  EXPECT_EQ(a.spill.users_file, "");
+  EXPECT_TRUE(a.spill.allow_anonymous);
+  GatewayConfig f =
+      must_parse("[spill]\nusers_file = \"u\"\nallow_anonymous = false\n" + std::string(kOneNode));
+  EXPECT_EQ(f.spill.users_file, "u");
+}
+
+TEST(Config, SpillAuthKeysErrorsNameFileLineAndKey) {
+  struct Case {
+    std::string text;
+    uint32_t line;
+    std::string key;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"[spill]\nusers_file = 1\n", 2, "spill.users_file", "must be a string, not an integer"},
+      {"[spill]\nusers_file = \"\"\n", 2, "spill.users_file", "must not be empty"},
+      {"[spill]\n\nallow_anonymous = \"yes\"\n", 3, "spill.allow_anonymous",
+       "must be a boolean (true or false), not a string"},
+      {"[spill]\nusers_file = \"u\"\nallow_anonymous = true\n", 3, "spill.allow_anonymous",
+       "must not be true with users_file"},
+      {"[spill]\nusers = \"u\"\n", 2, "spill.users", "unknown key"},
+  };
+  for (const Case& c : cases) {
+    const ConfigError e = must_fail(c.text + std::string(kOneNode));
+    EXPECT_EQ(e.file, "t.toml") << c.text;
+    EXPECT_EQ(e.line, c.line) << e.to_string();
+    EXPECT_EQ(e.key, c.key) << e.to_string();
+    EXPECT_NE(e.message.find(c.message), std::string::npos) << e.to_string();
+  }
+}
+
+TEST(ConfigExample, DocumentsTheSpillAuthDefaults) {
+  ConfigResult r = load_config(kExamplePath);
+  ASSERT_TRUE(std::holds_alternative<GatewayConfig>(r));
+  const GatewayConfig& c = std::get<GatewayConfig>(r);
+  EXPECT_EQ(c.spill.users_file, GatewayConfig{}.spill.users_file);
+  EXPECT_EQ(c.spill.allow_anonymous, GatewayConfig{}.spill.allow_anonymous);
+  const std::string text = read_file(kExamplePath);
+  EXPECT_NE(text.find("# users_file = "), std::string::npos);
+  EXPECT_NE(text.find("\nallow_anonymous = false\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::control

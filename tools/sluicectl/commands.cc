@@ -132,6 +132,32 @@ std::string queue_where(const std::string& vhost, const std::string& queue) {
   return "queue " + in_quotes(queue) + " in vhost " + in_quotes(vhost);
 }
 
+// An age for people, two units at most as `kubectl get` shows it: 850ms, 42s, 3m12s, 5h02m,
+// 2d03h; "" (shown "-") when the member is missing or not a whole number.
+std::string age_text(const Json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return "";
+  const int64_t ms = it->get<int64_t>();
+  if (ms < 0) return "";
+  const int64_t s = ms / 1000;
+  char buf[48];
+  if (s < 1) {
+    std::snprintf(buf, sizeof buf, "%lldms", static_cast<long long>(ms));
+  } else if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  } else if (s < 86400) {
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lldd%02lldh", static_cast<long long>(s / 86400),
+                  static_cast<long long>(s / 3600 % 24));
+  }
+  return buf;
+}
+
 }  // namespace
 
 int fail(int code, std::string_view message) {
@@ -162,7 +188,18 @@ int status(const Options& o) {
   Json rest = j;
   const Json feed = rest.contains("feed") ? rest["feed"] : Json();
   rest.erase("feed");
+  const Json session_totals = rest.contains("sessions") ? rest["sessions"] : Json();
+  rest.erase("sessions");
   Lines lines = ordered_lines(rest, kOrder);
+  // Present once the gateway runs an engine: one line, counts by state, then since start.
+  if (session_totals.is_object()) {
+    auto n = [&session_totals](const char* key) {
+      return std::to_string(count(session_totals, key));
+    };
+    lines.emplace_back("sessions", n("active") + " active (" + n("prelude") + " prelude, " +
+                                       n("spliced") + " spliced, " + n("spill") + " spill), " +
+                                       n("accepted") + " accepted, " + n("refused") + " refused");
+  }
   if (feed.is_object() && flag(feed, "enabled")) {
     flatten("feed", feed, &lines);
   } else if (!feed.is_null()) {
@@ -272,6 +309,33 @@ int spill_purge(const Options& o, const std::string& vhost, const std::string& q
   if (o.json) return print_json(j);
   out(printable(queue_where(vhost, queue)) + ": " + std::to_string(count(j, "purged")) +
       " spilled messages dropped\n");
+  return kExitOk;
+}
+
+int sessions(const Options& o, uint32_t limit) {
+  Lines params;
+  if (limit != 0) params.emplace_back("limit", std::to_string(limit));
+  auto r = call_json(o, "GET", "/v1/sessions" + join_query(params));
+  if (auto* code = std::get_if<int>(&r)) return *code;
+  const Json& j = std::get<Json>(r);
+  if (o.json) return print_json(j);
+  const Json list = list_of(j, "sessions");
+  const uint64_t total = count(j, "total");
+  if (list.empty() && total == 0) {
+    out("no sessions\n");
+    return kExitOk;
+  }
+  Table table({"WORKER", "ID", "CLIENT", "VHOST", "QUEUE", "OWNER", "STATE", "IN", "OUT", "AGE"});
+  for (const Json& s : list) {
+    table.add({text(s, "worker"), text(s, "id"), text(s, "client"), text(s, "vhost"),
+               text(s, "queue"), text(s, "owner"), text(s, "state"), text(s, "bytes_in"),
+               text(s, "bytes_out"), age_text(s, "age_ms")});
+  }
+  out(table.render());
+  if (flag(j, "truncated") || total > list.size()) {
+    out(std::to_string(list.size()) + " of " + std::to_string(total) +
+        " shown (--limit raises the number shown)\n");
+  }
   return kExitOk;
 }
 

@@ -46,6 +46,9 @@ int metrics(const Options& o);
 int spill(const Options& o);
 int spill_drain(const Options& o, const std::string& vhost, const std::string& queue);
 int spill_purge(const Options& o, const std::string& vhost, const std::string& queue);
+// The dataplane's sessions: worker, client, queue, owner, state, bytes, age. limit 0: the API's
+// default.
+int sessions(const Options& o, uint32_t limit);
 int reload(const Options& o);
 
 // Prints "sluicectl: <message>" to stderr as one line (line breaks become spaces, other control

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tools/sluicectl/commands.h"
+#include "tools/sluicectl/user_commands.h"
 
 namespace {
 
@@ -219,6 +220,48 @@ int run_command_line(int argc, char** argv) {
   spill_cmd->callback([&] {
     if (spill_cmd->get_subcommands().empty()) run = [&] { return spill(options); };
   });
+
+  uint32_t sessions_limit = 0;
+  CLI::App* sessions_cmd = app.add_subcommand(
+      "sessions", "the dataplane's sessions: worker, client, queue, owner, state, bytes, age");
+  sessions_cmd->add_option("--limit", sessions_limit, "show at most N sessions (default 1000)")
+      ->check(CLI::Range(uint32_t(1), std::numeric_limits<uint32_t>::max()));
+  sessions_cmd->callback([&] { run = [&] { return sessions(options, sessions_limit); }; });
+
+  // The spill sessions' users file, edited here without sluiced (gateway/README.md "Spill users
+  // file"); only --json of the global options applies.
+  CLI::App* user_cmd = app.add_subcommand(
+      "user", "spill session users: add, remove, list (edits the users file; no sluiced needed)");
+  user_cmd->require_subcommand(1);
+  UserAddOptions user_add_opts;
+  std::string user_name, users_file;
+  CLI::App* user_add_cmd = user_cmd->add_subcommand(
+      "add", "add a user; passcode from --password-file, else the first line of stdin");
+  user_add_cmd->add_option("NAME", user_add_opts.name, "1 to 255 of A-Z a-z 0-9 . _ @ -")
+      ->required();
+  user_add_cmd
+      ->add_option("--users-file", user_add_opts.users_file,
+                   "the users file ([spill] users_file); created when missing")
+      ->required();
+  user_add_cmd->add_option("--password-file", user_add_opts.password_file,
+                           "file whose first line is the passcode");
+  user_add_cmd
+      ->add_option("--allow", user_add_opts.allows,
+                   "VHOST:QUEUE the user may spill to; VHOST or QUEUE '*' for any, QUEUE 'x*' a "
+                   "prefix; repeat for more")
+      ->allow_extra_args(false);
+  user_add_cmd->add_flag("--replace", user_add_opts.replace,
+                         "change an existing user: new passcode, and new rules given --allow");
+  user_add_cmd->callback([&] { run = [&] { return user_add(user_add_opts); }; });
+  CLI::App* user_remove_cmd =
+      user_cmd->add_subcommand("remove", "remove a user and its allow rules");
+  user_remove_cmd->add_option("NAME", user_name, "user name")->required();
+  user_remove_cmd->add_option("--users-file", users_file, "the users file")->required();
+  user_remove_cmd->callback([&] { run = [&] { return user_remove(users_file, user_name); }; });
+  CLI::App* user_list_cmd =
+      user_cmd->add_subcommand("list", "users and their allow rules (never the hashes)");
+  user_list_cmd->add_option("--users-file", users_file, "the users file")->required();
+  user_list_cmd->callback([&] { run = [&] { return user_list(options, users_file); }; });
 
   app.add_subcommand("metrics", "Prometheus metrics, as sluiced exposes them on GET /metrics")
       ->callback([&] { run = [&] { return metrics(options); }; });

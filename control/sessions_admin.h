@@ -1,0 +1,44 @@
+// What the admin API shows about the dataplane's sessions (issue 6, DESIGN section 9:
+// `sluicectl sessions`): the gateway implements it over its engine's workers, since control
+// does not include an engine. Every call comes on the control thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice::control {
+
+struct SessionInfo {
+  uint32_t worker = 0;
+  uint64_t id = 0;         // unique within the gateway process
+  std::string client;      // "10.0.0.7:51234"
+  std::string vhost;       // empty while in prelude
+  std::string queue;       // empty while in prelude; the destination for the default route
+  std::string owner;       // node name; empty in prelude and for spill sessions
+  std::string state;       // "prelude", "connecting", "replay", "spliced", "spill", "closing"
+  uint64_t bytes_in = 0;   // client -> gateway/owner
+  uint64_t bytes_out = 0;  // owner/gateway -> client
+  int64_t age_ms = 0;
+};
+
+struct SessionTotals {
+  uint64_t active = 0;  // every state
+  uint64_t prelude = 0;
+  uint64_t spliced = 0;
+  uint64_t spill = 0;
+  uint64_t accepted = 0;  // since start
+  uint64_t refused = 0;   // over a limit at accept
+};
+
+class SessionsAdmin {
+ public:
+  virtual ~SessionsAdmin() = default;
+  // At most `limit` sessions (oldest first per worker); *total counts every session.
+  virtual std::vector<SessionInfo> sessions(size_t limit, size_t* total) = 0;
+  virtual SessionTotals totals() = 0;
+  // Prometheus families of the engine (sessions, bytes, refusals by reason), appended to /metrics.
+  virtual std::string metrics_text() = 0;
+};
+
+}  // namespace sluice::control

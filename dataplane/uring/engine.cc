@@ -1,0 +1,91 @@
+// The engine: its workers, their shared session count, stop and the sessions view.
+#include "dataplane/uring/engine.h"
+
+#include "dataplane/uring/worker.h"
+
+namespace sluice::uring {
+
+std::string EngineOptions::validate() const {
+  if (workers == 0 || workers > 256) return "workers: must be between 1 and 256";
+  if (sessions_max == 0) return "limits.sessions_max: must be at least 1";
+  if (sessions_per_source_max == 0) return "limits.sessions_per_source_max: must be at least 1";
+  if (prelude_sessions_max == 0) return "limits.prelude_sessions_max: must be at least 1";
+  if (connect_timeout_ms == 0) return "limits.connect_timeout_ms: must be at least 1";
+  if (pipe_bytes < 4096 || pipe_bytes > (1u << 20)) {
+    return "pipe_bytes: must be between 4096 and 1048576";
+  }
+  if (recv_buffers == 0 || recv_buffers > 32768 || (recv_buffers & (recv_buffers - 1)) != 0) {
+    return "recv_buffers: must be a power of two up to 32768";
+  }
+  if (recv_buffer_bytes < 1024) return "recv_buffer_bytes: must be at least 1024";
+  if (greeting_bytes_max < 512) return "greeting_bytes_max: must be at least 512";
+  return {};
+}
+
+std::unique_ptr<Engine> Engine::open(const EngineOptions& options,
+                                     const session::SessionConfig& session,
+                                     std::vector<WorkerParts> parts, LogFn log,
+                                     std::string* error) {
+  if (std::string e = options.validate(); !e.empty()) {
+    *error = e;
+    return nullptr;
+  }
+  if (parts.size() != options.workers) {
+    *error = "one set of worker parts per worker is needed";
+    return nullptr;
+  }
+  std::unique_ptr<Engine> engine(new Engine());
+  engine->sessions_ = std::make_shared<std::atomic<uint32_t>>(0);
+  uint16_t port = options.listen_port;
+  for (uint32_t i = 0; i < options.workers; ++i) {
+    auto w =
+        std::make_unique<detail::Worker>(i, options, session, parts[i], log, engine->sessions_);
+    uint16_t bound = 0;
+    if (auto e = w->open(port, &bound)) {
+      *error = *e;
+      return nullptr;
+    }
+    port = bound;  // the other workers share the first one's port (SO_REUSEPORT)
+    engine->workers_.push_back(std::move(w));
+  }
+  engine->port_ = port;
+  return engine;
+}
+
+Engine::~Engine() {
+  if (started_) stop(0);
+}
+
+void Engine::start() {
+  for (auto& w : workers_)
+    w->start();
+  started_ = true;
+}
+
+void Engine::stop(uint32_t grace_ms) {
+  for (auto& w : workers_)
+    w->request_stop(grace_ms);
+  for (auto& w : workers_)
+    w->join();
+  started_ = false;
+}
+
+const WorkerCounters& Engine::counters(size_t worker) const {
+  return workers_[worker]->counters();
+}
+
+std::vector<SessionView> Engine::sessions(size_t limit, size_t* total) {
+  std::vector<SessionView> out;
+  *total = 0;
+  for (auto& w : workers_) {
+    std::vector<SessionView> v = w->snapshot(1000);
+    *total += v.size();
+    for (auto& s : v) {
+      if (out.size() >= limit) break;
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+}  // namespace sluice::uring

@@ -1,0 +1,201 @@
+// The io_uring socket engine (DESIGN sections 3 and 4): one thread per worker, each with its own
+// ring, its own SO_REUSEPORT listener and its own sessions. A session speaks the prelude through
+// the session core, is routed by the worker's Router, and is then either spliced to the owner
+// through two pipes (IORING_OP_SPLICE, zero copy) or served as a spill session whose SENDs go to
+// the worker's SpillSink. The engine includes neither control/ nor queue/: the gateway adapts
+// them to the three interfaces below.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "dataplane/session/config.h"
+#include "dataplane/session/queue_key.h"
+#include "dataplane/session/spill_session.h"
+
+namespace sluice::uring {
+
+using session::Nanos;
+
+struct EngineOptions {
+  static constexpr uint32_t kPipeBytes = 64u << 10;
+  static constexpr uint32_t kRecvBufferBytes = 16u << 10;
+  static constexpr uint32_t kRecvBuffers = 256;
+  static constexpr uint32_t kGreetingBytesMax = 16u << 10;
+  static constexpr uint32_t kSpillSessionsMax = 256;
+  static constexpr uint32_t kRingEntries = 4096;
+  static constexpr uint32_t kStopGraceMs = 10'000;
+
+  std::string listen_host = "0.0.0.0";  // IPv4
+  uint16_t listen_port = 61613;         // 0: any (the first worker's port is used by all)
+  uint32_t workers = 1;
+  // Limits of the whole engine; each worker takes its share (rounded up) of the per-source and
+  // per-state limits, and sessions_max is enforced across workers exactly.
+  uint32_t sessions_max = 10'000;
+  uint32_t sessions_per_source_max = 1'000;
+  uint32_t prelude_sessions_max = 10'000;
+  uint32_t spill_sessions_max = kSpillSessionsMax;
+  uint32_t connect_timeout_ms = 2'000;
+  // Capacity of each splice pipe (F_SETPIPE_SZ). Pages are taken only while bytes are in it.
+  uint32_t pipe_bytes = kPipeBytes;
+  // Provided receive buffers (prelude and spill sessions only; spliced bytes never land here).
+  uint32_t recv_buffer_bytes = kRecvBufferBytes;
+  uint32_t recv_buffers = kRecvBuffers;             // per worker, a power of two
+  uint32_t greeting_bytes_max = kGreetingBytesMax;  // the owner's first frame
+  uint32_t ring_entries = kRingEntries;
+  bool sqpoll = false;  // IORING_SETUP_SQPOLL: a kernel thread polls the submission queue
+  session::SpillLimits spill_limits;
+
+  // Empty when valid; otherwise names the first wrong setting.
+  std::string validate() const;
+};
+
+// Where a session goes (DESIGN section 3, RESOLVE).
+struct RouteDecision {
+  enum class Kind : uint8_t {
+    kDirect,  // splice to `addr`
+    kSpill,   // terminate here: the owner is down, or the queue has a backlog (drain barrier)
+    kRefuse,  // ERROR `message` and close (no node configured, name too long for the table)
+  };
+  Kind kind = Kind::kSpill;
+  uint32_t node = UINT32_MAX;
+  sockaddr_in addr{};
+  std::string_view message;
+};
+
+// The worker's view of control's decisions. Called on the worker's thread only.
+class Router {
+ public:
+  virtual ~Router() = default;
+  // Applies what control sent since the last call (bounded work per call).
+  virtual void poll() = 0;
+  // `session_hash` spreads default-route sessions over the healthy nodes.
+  virtual RouteDecision route(const session::QueueKey& key, uint64_t session_hash) = 0;
+  // True when the key's owner is up again: spill sessions for it are ended gracefully.
+  virtual bool owner_up(const session::QueueKey& key) = 0;
+  // A connect to `node` was refused or timed out (passive health).
+  virtual void connect_failed(uint32_t node) = 0;
+  virtual std::string_view node_name(uint32_t node) const = 0;
+};
+
+// The worker's end of the spill log. Called on the worker's thread only.
+class SpillSink {
+ public:
+  enum class Result : uint8_t { kQueued, kBusy, kRefused };
+  struct Done {
+    uint64_t token = 0;
+    bool durable = false;
+    std::string_view message;  // why not, for the client's ERROR
+  };
+  virtual ~SpillSink() = default;
+  // kQueued: exactly one Done for `token` follows, in append order. kBusy: nothing queued, try
+  // again after a completion. kRefused: never (too large, bad name); *why says so.
+  virtual Result append(uint64_t token, std::string_view vhost, std::string_view queue,
+                        std::string_view headers, std::string_view body, std::string_view* why) = 0;
+  virtual size_t poll(std::span<Done> out) = 0;
+  virtual uint64_t in_flight() const = 0;
+  // As SpillProducer: true when notify_fd() will become readable after the next completion.
+  virtual bool arm_notify() = 0;
+  virtual int notify_fd() const = 0;
+};
+
+// The pieces one worker runs with; they outlive the engine.
+struct WorkerParts {
+  Router* router = nullptr;
+  SpillSink* spill = nullptr;            // null: spill sessions are refused
+  session::SpillHooks* hooks = nullptr;  // credentials and ACL for spill sessions
+};
+
+enum class LogLevel : uint8_t { kDebug, kInfo, kWarn, kError };
+using LogField = std::pair<std::string_view, std::string_view>;
+using LogFn = std::function<void(LogLevel, std::string_view event, std::span<const LogField>)>;
+
+// One session as `sluicectl sessions` shows it.
+struct SessionView {
+  uint32_t worker = 0;
+  uint64_t id = 0;
+  std::string client;
+  std::string vhost;
+  std::string queue;
+  std::string owner;
+  std::string state;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  int64_t age_ms = 0;
+};
+
+// Counters of one worker: written by the worker only (relaxed), read from any thread.
+struct WorkerCounters {
+  std::atomic<uint64_t> accepted{0};
+  std::atomic<uint64_t> refused_sessions_max{0};
+  std::atomic<uint64_t> refused_per_source{0};
+  std::atomic<uint64_t> refused_prelude_max{0};
+  std::atomic<uint64_t> refused_spill_max{0};
+  std::atomic<uint64_t> refused_route{0};
+  std::atomic<uint64_t> refused_stopping{0};
+  std::atomic<uint64_t> prelude_end[9] = {};  // by session::PreludeEnd
+  std::atomic<uint64_t> spill_end[9] = {};    // by session::SpillEnd
+  std::atomic<uint64_t> spliced{0};           // sessions that reached splice
+  std::atomic<uint64_t> spilled{0};           // sessions that became spill sessions
+  std::atomic<uint64_t> connect_failed{0};
+  std::atomic<uint64_t> owner_error{0};     // the owner answered the replay with ERROR
+  std::atomic<uint64_t> owner_protocol{0};  // ... with something that is not CONNECTED
+  std::atomic<uint64_t> owner_timeout{0};   // ... not within connect_timeout_ms
+  std::atomic<uint64_t> resets{0};          // spliced sessions ended by a reset or error
+  std::atomic<uint64_t> bytes_in{0};        // client -> owner, spliced
+  std::atomic<uint64_t> bytes_out{0};       // owner -> client, spliced
+  std::atomic<uint64_t> appends{0};
+  std::atomic<uint64_t> appends_busy{0};
+  std::atomic<uint64_t> active{0};
+  std::atomic<uint64_t> prelude{0};
+  std::atomic<uint64_t> splicing{0};
+  std::atomic<uint64_t> spilling{0};
+  std::atomic<uint64_t> closed{0};
+};
+
+namespace detail {
+class Worker;
+}
+
+class Engine {
+ public:
+  // Opens every worker's listener and ring; nothing, with *error saying what failed, when the
+  // address cannot be bound or io_uring is unavailable.
+  static std::unique_ptr<Engine> open(const EngineOptions& options,
+                                      const session::SessionConfig& session,
+                                      std::vector<WorkerParts> parts, LogFn log,
+                                      std::string* error);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void start();
+  // Stops accepting; sessions in prelude get ERROR, spill sessions answer what is pending and
+  // end, spliced sessions get up to `grace_ms` to finish. Returns when every worker has ended.
+  void stop(uint32_t grace_ms = EngineOptions::kStopGraceMs);
+
+  uint16_t port() const { return port_; }
+  size_t worker_count() const { return workers_.size(); }
+  const WorkerCounters& counters(size_t worker) const;
+  // Sessions of every worker, oldest first per worker, at most `limit`; *total counts all.
+  // Waits (up to a second) for each worker to answer.
+  std::vector<SessionView> sessions(size_t limit, size_t* total);
+
+ private:
+  Engine() = default;
+  std::vector<std::unique_ptr<detail::Worker>> workers_;
+  std::shared_ptr<std::atomic<uint32_t>> sessions_;  // across workers
+  uint16_t port_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace sluice::uring

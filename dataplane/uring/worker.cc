@@ -1,0 +1,726 @@
+// The worker's loop: accept, dispatch completions, close sessions, deadlines, stop, snapshots.
+#include "dataplane/uring/worker.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+
+#include "dataplane/session/assert.h"
+#include "dataplane/session/builder.h"
+
+namespace sluice::uring::detail {
+
+std::string_view state_name(State s) {
+  switch (s) {
+    case State::kFree:
+      return "free";
+    case State::kPrelude:
+      return "prelude";
+    case State::kConnecting:
+      return "connecting";
+    case State::kReplay:
+      return "replay";
+    case State::kGreeting:
+      return "greeting";
+    case State::kSpliced:
+      return "spliced";
+    case State::kSpill:
+      return "spill";
+    case State::kClosing:
+      return "closing";
+  }
+  return "unknown";
+}
+
+namespace {
+
+uint32_t share(uint32_t total, uint32_t workers) {
+  return (total + workers - 1) / workers;
+}
+
+void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+void drop(std::atomic<uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+Worker::Worker(uint32_t index, const EngineOptions& options, const session::SessionConfig& config,
+               WorkerParts parts, LogFn log, std::shared_ptr<std::atomic<uint32_t>> global_sessions)
+    : index_(index),
+      options_(options),
+      config_(config),
+      parts_(parts),
+      log_(std::move(log)),
+      global_sessions_(std::move(global_sessions)) {}
+
+Worker::~Worker() {
+  if (thread_.joinable()) {
+    request_stop(0);
+    thread_.join();
+  }
+  for (Session& s : sessions_) {
+    if (s.cfd >= 0) close(s.cfd);
+    if (s.ofd >= 0) close(s.ofd);
+    for (Dir& d : s.dir) {
+      if (d.pipe_r >= 0) close(d.pipe_r);
+      if (d.pipe_w >= 0) close(d.pipe_w);
+    }
+  }
+  if (ring_ok_) {
+    if (buf_ring_ != nullptr) io_uring_unregister_buf_ring(&ring_, 0);
+    io_uring_queue_exit(&ring_);
+  }
+  if (buf_ring_ != nullptr) munmap(buf_ring_, buf_ring_bytes_);
+  if (listen_fd_ >= 0) close(listen_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
+  const uint32_t workers = options_.workers;
+  const uint32_t sessions = options_.sessions_max;  // any worker may hold them all
+  per_source_max_ = share(options_.sessions_per_source_max, workers);
+  prelude_max_ = std::min(share(options_.prelude_sessions_max, workers), sessions);
+  spill_max_ = std::min(share(options_.spill_sessions_max, workers), sessions);
+
+  io_uring_params p{};
+  // Created disabled: the worker's thread enables it and so becomes its single issuer.
+  p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL |
+            IORING_SETUP_R_DISABLED;
+  p.cq_entries = options_.ring_entries * 4;
+  p.flags |= IORING_SETUP_CQSIZE;
+  if (options_.sqpoll) {
+    // SQPOLL and DEFER_TASKRUN do not combine: the poller thread submits.
+    p.flags &= ~IORING_SETUP_DEFER_TASKRUN;
+    p.flags |= IORING_SETUP_SQPOLL;
+    p.sq_thread_idle = 1000;
+  }
+  int r = io_uring_queue_init_params(options_.ring_entries, &ring_, &p);
+  if (r < 0) return std::string("io_uring_queue_init: ") + std::strerror(-r);
+  ring_ok_ = true;
+
+  // Provided buffers for the receives of prelude and spill sessions.
+  recv_mask_ = io_uring_buf_ring_mask(options_.recv_buffers);
+  buf_ring_bytes_ = sizeof(io_uring_buf) * options_.recv_buffers;
+  void* mem =
+      mmap(nullptr, buf_ring_bytes_, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+  if (mem == MAP_FAILED) return std::string("mmap of the buffer ring failed");
+  buf_ring_ = static_cast<io_uring_buf_ring*>(mem);
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uint64_t>(buf_ring_);
+  reg.ring_entries = options_.recv_buffers;
+  reg.bgid = 0;
+  r = io_uring_register_buf_ring(&ring_, &reg, 0);
+  if (r < 0) {
+    munmap(buf_ring_, buf_ring_bytes_);
+    buf_ring_ = nullptr;
+    return std::string("io_uring_register_buf_ring: ") + std::strerror(-r);
+  }
+  io_uring_buf_ring_init(buf_ring_);
+  if (!recv_bufs_.map(size_t(options_.recv_buffers) * options_.recv_buffer_bytes)) {
+    return std::string("cannot reserve the receive buffers");
+  }
+  for (uint32_t i = 0; i < options_.recv_buffers; ++i) {
+    io_uring_buf_ring_add(buf_ring_, recv_bufs_.at(size_t(i) * options_.recv_buffer_bytes),
+                          options_.recv_buffer_bytes, uint16_t(i), recv_mask_, int(i));
+  }
+  io_uring_buf_ring_advance(buf_ring_, int(options_.recv_buffers));
+
+  sessions_.resize(sessions);
+  free_sessions_.reserve(sessions);
+  for (uint32_t i = sessions; i > 0; --i)
+    free_sessions_.push_back(i - 1);
+  sources_.init(sessions);
+  const size_t prelude_bytes = size_t(config_.prelude_bytes_max) + options_.recv_buffer_bytes +
+                               options_.greeting_bytes_max + 3 * 4096;
+  if (!preludes_.init(prelude_max_, prelude_bytes)) return std::string("cannot reserve preludes");
+  for (uint32_t i = 0; i < prelude_max_; ++i) {
+    PreludeSlot& ps = preludes_.object(i);
+    ps.buf = preludes_.bytes(i);
+    ps.carry = ps.buf + page_round(config_.prelude_bytes_max);
+    ps.greet = ps.carry + page_round(options_.recv_buffer_bytes);
+  }
+  if (!outs_.init(prelude_max_ + spill_max_, kOutBytes)) return std::string("cannot reserve outs");
+  const size_t spill_buf =
+      session::spill_buffer_bytes(config_, options_.spill_limits.txn_bytes_max);
+  if (spill_max_ > 0) {
+    if (!spills_.init(spill_max_, page_round(spill_buf) + options_.recv_buffer_bytes)) {
+      return std::string("cannot reserve spill sessions");
+    }
+    for (uint32_t i = 0; i < spill_max_; ++i) {
+      SpillSlot& ss = spills_.object(i);
+      ss.buf = spills_.bytes(i);
+      ss.in = ss.buf + page_round(spill_buf);
+    }
+  }
+  appends_.resize(kAppendsInFlightMax);
+  done_.resize(256);
+  header_scratch_bytes_ = config_.frame_limits.frame_bytes_max * 2 + 64;
+  header_scratch_ = std::make_unique<char[]>(header_scratch_bytes_);
+  connect_timeout_.tv_sec = options_.connect_timeout_ms / 1000;
+  connect_timeout_.tv_nsec = long(options_.connect_timeout_ms % 1000) * 1'000'000;
+
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return std::string("eventfd: ") + std::strerror(errno);
+
+  listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) return std::string("socket: ") + std::strerror(errno);
+  int one = 1;
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (inet_pton(AF_INET, options_.listen_host.c_str(), &a.sin_addr) != 1) {
+    return "listen.host: not an IPv4 address: " + options_.listen_host;
+  }
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    return "listen: cannot bind " + options_.listen_host + ":" + std::to_string(port) + ": " +
+           std::strerror(errno);
+  }
+  if (listen(listen_fd_, 4096) != 0) return std::string("listen: ") + std::strerror(errno);
+  socklen_t len = sizeof a;
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+  *bound = ntohs(a.sin_port);
+  return std::nullopt;
+}
+
+void Worker::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void Worker::request_stop(uint32_t grace_ms) {
+  stop_grace_ms_.store(grace_ms, std::memory_order_relaxed);
+  stop_requested_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
+}
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+Nanos Worker::now() const {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return Nanos(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+io_uring_sqe* Worker::sqe() {
+  io_uring_sqe* e = io_uring_get_sqe(&ring_);
+  if (e == nullptr) {
+    io_uring_submit(&ring_);
+    e = io_uring_get_sqe(&ring_);
+  }
+  SLUICE_ASSERT(e != nullptr);
+  return e;
+}
+
+uint64_t Worker::tag(uint32_t slot, uint32_t gen, Op op) {
+  return (uint64_t(slot) << 32) | (uint64_t(gen & 0xFFFFFF) << 8) | uint64_t(op);
+}
+
+void Worker::arm_accept() {
+  if (accept_armed_ || stopping_) return;
+  io_uring_sqe* e = sqe();
+  io_uring_prep_multishot_accept(e, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  io_uring_sqe_set_data64(e, tag(kNone, 0, Op::kAccept));
+  accept_armed_ = true;
+}
+
+void Worker::arm_wake() {
+  io_uring_sqe* e = sqe();
+  io_uring_prep_read(e, wake_fd_, &wake_value_, sizeof wake_value_, 0);
+  io_uring_sqe_set_data64(e, tag(kNone, 0, Op::kWake));
+}
+
+void Worker::arm_spill_notify() {
+  if (spill_notify_armed_ || parts_.spill == nullptr) return;
+  io_uring_sqe* e = sqe();
+  io_uring_prep_read(e, parts_.spill->notify_fd(), &spill_notify_value_, sizeof spill_notify_value_,
+                     0);
+  io_uring_sqe_set_data64(e, tag(kNone, 0, Op::kSpillNotify));
+  spill_notify_armed_ = true;
+}
+
+void Worker::arm_recv_client(uint32_t slot) {
+  Session& s = sessions_[slot];
+  if (s.recv_armed || s.state == State::kClosing) return;
+  io_uring_sqe* e = sqe();
+  io_uring_prep_recv(e, s.cfd, nullptr, options_.recv_buffer_bytes, 0);
+  e->flags |= IOSQE_BUFFER_SELECT;
+  e->buf_group = 0;
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kRecvClient));
+  s.recv_armed = true;
+  ++s.inflight;
+}
+
+void Worker::recycle(uint16_t bid) {
+  io_uring_buf_ring_add(buf_ring_, recv_bufs_.at(size_t(bid) * options_.recv_buffer_bytes),
+                        options_.recv_buffer_bytes, bid, recv_mask_, 0);
+  io_uring_buf_ring_advance(buf_ring_, 1);
+}
+
+bool Worker::queue_out(uint32_t slot, std::string_view bytes) {
+  Session& s = sessions_[slot];
+  if (s.out_slot == kNone) return false;
+  char* out = outs_.bytes(s.out_slot);
+  if (!s.sending && s.out_sent == s.out_len) s.out_sent = s.out_len = 0;
+  if (!s.sending && s.out_sent > 0) {
+    std::memmove(out, out + s.out_sent, s.out_len - s.out_sent);
+    s.out_len -= s.out_sent;
+    s.out_sent = 0;
+  }
+  if (bytes.size() > kOutBytes - s.out_len) return false;
+  std::memcpy(out + s.out_len, bytes.data(), bytes.size());
+  s.out_len += uint32_t(bytes.size());
+  flush_out(slot);
+  return true;
+}
+
+void Worker::flush_out(uint32_t slot) {
+  Session& s = sessions_[slot];
+  if (s.sending || s.out_sent == s.out_len || s.out_slot == kNone) return;
+  io_uring_sqe* e = sqe();
+  s.out_inflight = s.out_len - s.out_sent;
+  io_uring_prep_send(e, s.cfd, outs_.bytes(s.out_slot) + s.out_sent, s.out_inflight, MSG_NOSIGNAL);
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kSendClient));
+  s.sending = true;
+  ++s.inflight;
+}
+
+void Worker::on_send_client(uint32_t slot, int res) {
+  Session& s = sessions_[slot];
+  s.sending = false;
+  if (s.state == State::kClosing) return;
+  if (res < 0 && res != -EAGAIN && res != -EINTR) {
+    begin_close(slot, false);
+    return;
+  }
+  if (res > 0) {
+    s.out_sent += uint32_t(res);
+    if (s.spill_slot == kNone) s.bytes_out += uint64_t(res);
+  }
+  if (s.out_sent < s.out_len) {
+    flush_out(slot);
+    return;
+  }
+  s.out_sent = s.out_len = 0;
+  if (s.close_after_send) {
+    begin_close(slot, false);
+    return;
+  }
+  if (s.splice_after_send) {
+    s.splice_after_send = false;
+    start_splice(slot);
+    return;
+  }
+  if (s.state == State::kSpill) drive_spill(slot);
+}
+
+void Worker::on_accept(int fd) {
+  if (stopping_) {
+    close(fd);
+    return;
+  }
+  const uint32_t limit = options_.sessions_max;
+  if (global_sessions_->fetch_add(1, std::memory_order_relaxed) >= limit) {
+    global_sessions_->fetch_sub(1, std::memory_order_relaxed);
+    refuse_at_accept(fd, counters_.refused_sessions_max, "too many sessions");
+    return;
+  }
+  sockaddr_in peer{};
+  socklen_t len = sizeof peer;
+  getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len);
+  auto unglobal = [&] { global_sessions_->fetch_sub(1, std::memory_order_relaxed); };
+  if (preludes_.used() >= prelude_max_ || free_sessions_.empty()) {
+    unglobal();
+    refuse_at_accept(fd, counters_.refused_prelude_max, "too many sessions in prelude");
+    return;
+  }
+  if (sources_.add(peer.sin_addr.s_addr, per_source_max_) == 0) {
+    unglobal();
+    refuse_at_accept(fd, counters_.refused_per_source, "too many sessions from this address");
+    return;
+  }
+  const uint32_t slot = free_sessions_.back();
+  free_sessions_.pop_back();
+  Session& s = sessions_[slot];
+  const uint32_t gen = s.gen;
+  s = Session{};
+  s.gen = gen;
+  s.state = State::kPrelude;
+  s.cfd = fd;
+  s.src_ip = peer.sin_addr.s_addr;
+  s.src_port = ntohs(peer.sin_port);
+  s.id = (uint64_t(index_) << 48) | ++next_id_;
+  s.started = now();
+  s.prelude_slot = preludes_.take();
+  s.out_slot = outs_.take();
+  SLUICE_ASSERT(s.prelude_slot != kNone && s.out_slot != kNone);
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  ps.prelude.emplace(config_, std::span<char>(ps.buf, config_.prelude_bytes_max), s.started);
+  ps.carry_len = 0;
+  ps.greet_len = 0;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  bump(counters_.accepted);
+  bump(counters_.active);
+  bump(counters_.prelude);
+  s.counted_prelude = true;
+  arm_recv_client(slot);
+}
+
+void Worker::refuse_at_accept(int fd, std::atomic<uint64_t>& counter, std::string_view message) {
+  bump(counter);
+  // The client has not spoken yet: a STOMP 1.0 ERROR any version can read, sent on the fresh
+  // socket (its buffer is empty, so the send does not block), then close.
+  char buf[512];
+  auto frame = session::build_error(std::span<char>(buf, sizeof buf), session::Version::k1_0,
+                                    session::ErrorFrame{message, "retry later", {}, {}});
+  if (frame) (void)!send(fd, frame->data(), frame->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  close(fd);
+}
+
+void Worker::release_prelude(uint32_t slot) {
+  Session& s = sessions_[slot];
+  if (s.prelude_slot == kNone) return;
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  ps.prelude.reset();
+  ps.greeting.reset();
+  preludes_.give(s.prelude_slot);
+  s.prelude_slot = kNone;
+  if (s.counted_prelude) {
+    drop(counters_.prelude);
+    s.counted_prelude = false;
+  }
+}
+
+void Worker::release_out(uint32_t slot) {
+  Session& s = sessions_[slot];
+  if (s.out_slot == kNone) return;
+  outs_.give(s.out_slot);
+  s.out_slot = kNone;
+  s.out_len = s.out_sent = 0;
+}
+
+void Worker::release_spill(uint32_t slot) {
+  Session& s = sessions_[slot];
+  if (s.spill_slot == kNone) return;
+  SpillSlot& ss = spills_.object(s.spill_slot);
+  ss.spill.reset();
+  ss.held = false;
+  ss.in_len = ss.in_off = 0;
+  spills_.give(s.spill_slot);
+  s.spill_slot = kNone;
+  drop(counters_.spilling);
+}
+
+void Worker::begin_close(uint32_t slot, bool reset) {
+  Session& s = sessions_[slot];
+  if (s.state == State::kClosing) return;
+  if (s.state == State::kSpliced) drop(counters_.splicing);
+  s.state = State::kClosing;
+  s.reset = s.reset || reset;
+  if (s.inflight == 0) {
+    finish_close(slot);
+    return;
+  }
+  // Cancel whatever waits on the session's sockets; splices in flight finish by themselves
+  // (every descriptor is non-blocking).
+  for (int fd : {s.cfd, s.ofd}) {
+    if (fd < 0) continue;
+    io_uring_sqe* e = sqe();
+    io_uring_prep_cancel_fd(e, fd, IORING_ASYNC_CANCEL_ALL);
+    io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kCancel));
+    ++s.inflight;
+  }
+  if (s.cfd >= 0) shutdown(s.cfd, SHUT_RDWR);
+  if (s.ofd >= 0) shutdown(s.ofd, SHUT_RDWR);
+}
+
+void Worker::finish_close(uint32_t slot) {
+  Session& s = sessions_[slot];
+  if (s.reset) {
+    linger l{1, 0};
+    if (s.cfd >= 0) setsockopt(s.cfd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    if (s.ofd >= 0) setsockopt(s.ofd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  }
+  if (s.cfd >= 0) close(s.cfd);
+  if (s.ofd >= 0) close(s.ofd);
+  for (Dir& d : s.dir) {
+    if (d.pipe_r >= 0) close(d.pipe_r);
+    if (d.pipe_w >= 0) close(d.pipe_w);
+    d = Dir{};
+  }
+  s.cfd = s.ofd = -1;
+  release_prelude(slot);
+  release_out(slot);
+  release_spill(slot);
+  sources_.remove(s.src_ip);
+  global_sessions_->fetch_sub(1, std::memory_order_relaxed);
+  bump(counters_.closed);
+  drop(counters_.active);
+  s.state = State::kFree;
+  s.gen = (s.gen + 1) & 0xFFFFFF;
+  free_sessions_.push_back(slot);
+}
+
+void Worker::on_cqe(const io_uring_cqe* cqe) {
+  const uint64_t data = io_uring_cqe_get_data64(cqe);
+  const Op op = Op(data & 0xFF);
+  const uint32_t slot = uint32_t(data >> 32);
+  const int res = cqe->res;
+  switch (op) {
+    case Op::kAccept:
+      if (!(cqe->flags & IORING_CQE_F_MORE)) accept_armed_ = false;
+      if (res >= 0) {
+        on_accept(res);
+      } else if (res != -ECANCELED && res != -EINVAL && res != -EBADF) {
+        // EMFILE, ENFILE, ENOBUFS: the accept is retried when the loop comes round.
+        log_(LogLevel::kWarn, "accept_failed", {{{"error", std::strerror(-res)}}});
+      }
+      return;
+    case Op::kWake:
+      arm_wake();
+      return;
+    case Op::kSpillNotify:
+      spill_notify_armed_ = false;
+      return;
+    default:
+      if (slot == kNone) return;  // the listener's cancel
+      break;
+      break;
+  }
+  Session& s = sessions_[slot];
+  SLUICE_ASSERT(s.inflight > 0);
+  --s.inflight;
+  if (op == Op::kRecvClient) s.recv_armed = false;
+  if (s.state == State::kClosing) {
+    if (op == Op::kRecvClient && (cqe->flags & IORING_CQE_F_BUFFER)) {
+      recycle(uint16_t(cqe->flags >> IORING_CQE_BUFFER_SHIFT));
+    }
+    if (op == Op::kSendClient) s.sending = false;
+    if (s.inflight == 0) finish_close(slot);
+    return;
+  }
+  switch (op) {
+    case Op::kRecvClient:
+      on_recv_client(slot, res, cqe->flags);
+      break;
+    case Op::kSendClient:
+      on_send_client(slot, res);
+      break;
+    case Op::kConnect:
+      on_connect(slot, res);
+      break;
+    case Op::kConnectTimeout:
+    case Op::kCancel:
+      break;
+    case Op::kSendOwner:
+      on_send_owner(slot, res);
+      break;
+    case Op::kRecvOwner:
+      on_recv_owner(slot, res);
+      break;
+    case Op::kPollIn:
+    case Op::kPollIn1:
+      splice_in(slot, int(op) - int(Op::kPollIn));
+      break;
+    case Op::kPollOut:
+    case Op::kPollOut1:
+      splice_out(slot, int(op) - int(Op::kPollOut));
+      break;
+    case Op::kSpliceIn:
+    case Op::kSpliceIn1:
+      on_splice_in(slot, int(op) - int(Op::kSpliceIn), res);
+      break;
+    case Op::kSpliceOut:
+    case Op::kSpliceOut1:
+      on_splice_out(slot, int(op) - int(Op::kSpliceOut), res);
+      break;
+    default:
+      break;
+  }
+}
+
+void Worker::scan(Nanos t) {
+  for (uint32_t i = 0; i < sessions_.size(); ++i) {
+    Session& s = sessions_[i];
+    if (s.state == State::kPrelude && s.prelude_slot != kNone) {
+      PreludeSlot& ps = preludes_.object(s.prelude_slot);
+      if (t >= ps.prelude->deadline()) {
+        session::PreludeEvent ev = ps.prelude->on_time(t);
+        if (ev.kind == session::PreludeEvent::Kind::kClose) {
+          bump(counters_.prelude_end[size_t(ev.end)]);
+          s.close_after_send = true;
+          if (!queue_out(i, ev.to_client) || ev.to_client.empty()) begin_close(i, false);
+        }
+      }
+    } else if ((s.state == State::kReplay || s.state == State::kGreeting) &&
+               t >= s.owner_deadline && !s.close_after_send) {
+      // The owner took the connection but did not answer the replay in time. The replay may
+      // have reached it, so the session cannot fall back to the spill log (that could deliver
+      // a SEND twice): the client gets an ERROR and retries; the node's health hears of it.
+      bump(counters_.owner_timeout);
+      parts_.router->connect_failed(s.node);
+      close_with_error(i, "owner did not answer",
+                       "the queue's owner accepted the connection but did not answer CONNECT "
+                       "within connect_timeout_ms; retry later");
+    } else if (s.state == State::kSpill && !s.end_requested && s.spill_slot != kNone) {
+      SpillSlot& ss = spills_.object(s.spill_slot);
+      session::QueueKey key{{ss.vhost, ss.vhost_len}, {ss.queue, ss.queue_len}, false};
+      if (parts_.router->owner_up(key)) {
+        s.end_requested = true;
+        ss.spill->request_end();
+        drive_spill(i);
+      }
+    }
+  }
+}
+
+void Worker::begin_stop() {
+  stopping_ = true;
+  stop_deadline_ =
+      now() + Nanos(stop_grace_ms_.load(std::memory_order_relaxed)) * session::kNanosPerMilli;
+  if (accept_armed_) {
+    io_uring_sqe* e = sqe();
+    io_uring_prep_cancel_fd(e, listen_fd_, IORING_ASYNC_CANCEL_ALL);
+    io_uring_sqe_set_data64(e, tag(kNone, 0, Op::kCancel));
+    io_uring_submit(&ring_);
+  }
+  // New connections are refused from now on.
+  close(listen_fd_);
+  listen_fd_ = -1;
+  for (uint32_t i = 0; i < sessions_.size(); ++i) {
+    Session& s = sessions_[i];
+    if (s.state == State::kPrelude) {
+      bump(counters_.refused_stopping);
+      close_with_error(i, "gateway stopping", "the gateway is shutting down; reconnect");
+    } else if (s.state == State::kSpill && !s.end_requested) {
+      s.end_requested = true;
+      spills_.object(s.spill_slot).spill->request_end();
+      drive_spill(i);
+    }
+  }
+}
+
+void Worker::fill_snapshot() {
+  std::vector<SessionView> out;
+  const Nanos t = now();
+  for (uint32_t i = 0; i < sessions_.size(); ++i) {
+    const Session& s = sessions_[i];
+    if (s.state == State::kFree) continue;
+    SessionView v;
+    v.worker = index_;
+    v.id = s.id;
+    char ip[INET_ADDRSTRLEN] = {};
+    in_addr a{s.src_ip};
+    inet_ntop(AF_INET, &a, ip, sizeof ip);
+    v.client = std::string(ip) + ":" + std::to_string(s.src_port);
+    v.vhost.assign(s.key, s.vhost_len);
+    v.queue.assign(s.key + s.vhost_len, s.queue_len);
+    if (s.node != kNone && s.state != State::kSpill) {
+      v.owner = std::string(parts_.router->node_name(s.node));
+    }
+    v.state = std::string(state_name(s.state));
+    v.bytes_in = s.bytes_in;
+    v.bytes_out = s.bytes_out;
+    v.age_ms = (t - s.started) / session::kNanosPerMilli;
+    out.push_back(std::move(v));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SessionView& a, const SessionView& b) { return a.age_ms > b.age_ms; });
+  std::lock_guard<std::mutex> lock(snapshot_mutex_);
+  snapshot_ = std::move(out);
+  snapshot_done_ = snapshot_requested_.load(std::memory_order_acquire);
+  snapshot_cv_.notify_all();
+}
+
+std::vector<SessionView> Worker::snapshot(int wait_ms) {
+  const uint64_t want = snapshot_requested_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof one);
+  std::unique_lock<std::mutex> lock(snapshot_mutex_);
+  snapshot_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
+                        [&] { return snapshot_done_ >= want; });
+  if (snapshot_done_ < want) return {};
+  return snapshot_;
+}
+
+void Worker::loop_once() {
+  arm_accept();
+  if (parts_.spill != nullptr && parts_.spill->in_flight() > 0) arm_spill_notify();
+  Nanos wait = kWaitMax;
+  if (parts_.spill != nullptr && parts_.spill->in_flight() > 0 && !parts_.spill->arm_notify()) {
+    wait = 0;  // completions are already there
+  }
+  if (!recv_retry_.empty()) wait = std::min<Nanos>(wait, session::kNanosPerMilli);
+  __kernel_timespec ts{wait / 1'000'000'000, wait % 1'000'000'000};
+  io_uring_cqe* cqe = nullptr;
+  int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+  (void)r;
+  unsigned head;
+  unsigned n = 0;
+  io_uring_for_each_cqe(&ring_, head, cqe) {
+    on_cqe(cqe);
+    ++n;
+  }
+  io_uring_cq_advance(&ring_, n);
+
+  parts_.router->poll();
+  poll_spill();
+  if (!recv_retry_.empty()) {
+    std::vector<uint32_t> retry;
+    retry.swap(recv_retry_);
+    for (uint32_t slot : retry)
+      if (sessions_[slot].state == State::kPrelude || sessions_[slot].state == State::kSpill) {
+        arm_recv_client(slot);
+      }
+  }
+  const Nanos t = now();
+  if (t >= next_scan_) {
+    next_scan_ = t + kScanInterval;
+    scan(t);
+  }
+  if (snapshot_requested_.load(std::memory_order_acquire) != snapshot_done_) fill_snapshot();
+  if (!stopping_ && stop_requested_.load(std::memory_order_acquire)) begin_stop();
+  if (stopping_ && t >= stop_deadline_) {
+    for (uint32_t i = 0; i < sessions_.size(); ++i)
+      if (sessions_[i].state != State::kFree) begin_close(i, false);
+  }
+}
+
+void Worker::run() {
+  // liburing 2.3 declares io_uring_enable_rings() but its library does not export it.
+  if (syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) <
+      0) {
+    log_(LogLevel::kError, "io_uring_enable_failed", {{{"error", std::strerror(errno)}}});
+    return;
+  }
+  arm_wake();
+  next_scan_ = now() + kScanInterval;
+  while (true) {
+    loop_once();
+    if (stopping_ && counters_.active.load(std::memory_order_relaxed) == 0 &&
+        (parts_.spill == nullptr || parts_.spill->in_flight() == 0)) {
+      break;
+    }
+  }
+  // Take what is still in flight (cancels, the listener's accept) before the ring goes.
+  io_uring_submit(&ring_);
+  if (snapshot_requested_.load() != snapshot_done_) fill_snapshot();
+}
+
+}  // namespace sluice::uring::detail

@@ -1,0 +1,283 @@
+// One worker of the io_uring engine: its ring, listener, sessions and pools. Internal to
+// dataplane/uring (engine.h is the module's interface). Everything here runs on the worker's
+// thread except request_stop(), request_snapshot() and the counters.
+#pragma once
+
+#include <liburing.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "dataplane/session/owner_greeting.h"
+#include "dataplane/session/prelude.h"
+#include "dataplane/session/spill_session.h"
+#include "dataplane/uring/engine.h"
+#include "dataplane/uring/pool.h"
+#include "dataplane/uring/source_table.h"
+
+namespace sluice::uring::detail {
+
+inline constexpr uint32_t kNone = UINT32_MAX;
+// Bytes a session can queue for the client (CONNECTED, RECEIPTs, ERRORs, and the owner's bytes
+// that came with its CONNECTED).
+inline constexpr uint32_t kOutBytes = 32u << 10;
+// Appends in flight per worker (the spill log's producer ring is 1024 deep by default).
+inline constexpr uint32_t kAppendsInFlightMax = 4096;
+// How often deadlines, stop grace and spill sessions' owners are checked.
+inline constexpr Nanos kScanInterval = 100 * session::kNanosPerMilli;
+// The longest the loop sleeps: control's messages are applied at least this often.
+inline constexpr Nanos kWaitMax = 20 * session::kNanosPerMilli;
+
+enum class Op : uint8_t {
+  kAccept = 1,
+  kWake,
+  kSpillNotify,
+  kRecvClient,
+  kSendClient,
+  kConnect,
+  kConnectTimeout,
+  kSendOwner,
+  kRecvOwner,
+  kPollIn,  // + direction
+  kPollIn1,
+  kSpliceIn,  // + direction
+  kSpliceIn1,
+  kSpliceOut,  // + direction
+  kSpliceOut1,
+  kPollOut,  // + direction
+  kPollOut1,
+  kCancel,
+};
+
+enum class State : uint8_t {
+  kFree,
+  kPrelude,
+  kConnecting,
+  kReplay,
+  kGreeting,
+  kSpliced,
+  kSpill,
+  kClosing,
+};
+std::string_view state_name(State s);
+
+// One direction of a spliced session: 0 client -> owner, 1 owner -> client.
+struct Dir {
+  int pipe_r = -1;
+  int pipe_w = -1;
+  uint32_t in_pipe = 0;
+  bool eof = false;
+  bool done = false;
+};
+
+struct Session {
+  uint32_t gen = 0;
+  State state = State::kFree;
+  uint16_t inflight = 0;
+  bool recv_armed = false;
+  bool sending = false;
+  bool close_after_send = false;
+  bool reset = false;  // close with RST (SO_LINGER 0)
+  bool cancel_sent = false;
+  bool splice_after_send = false;  // greeting leftovers go out first
+  bool end_requested = false;      // spill: request_end() done
+  bool counted_prelude = false;
+  int cfd = -1;
+  int ofd = -1;
+  uint32_t src_ip = 0;  // network order
+  uint16_t src_port = 0;
+  uint32_t node = kNone;
+  uint32_t prelude_slot = kNone;
+  uint32_t out_slot = kNone;
+  uint32_t spill_slot = kNone;
+  uint32_t out_len = 0;
+  uint32_t out_sent = 0;
+  uint32_t out_inflight = 0;  // bytes of the send in flight
+  uint64_t id = 0;
+  Nanos started = 0;
+  Nanos owner_deadline = 0;  // replay and the owner's first frame must be done by then
+  Dir dir[2];
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  // For `sluicectl sessions`: the key, cut to fit.
+  uint8_t vhost_len = 0;
+  uint8_t queue_len = 0;
+  char key[62] = {};
+};
+
+struct PreludeSlot {
+  std::optional<session::Prelude> prelude;
+  std::optional<session::OwnerGreeting> greeting;
+  char* buf = nullptr;    // prelude_bytes_max
+  char* carry = nullptr;  // recv_buffer_bytes: client bytes the prelude buffer could not take
+  char* greet = nullptr;  // greeting_bytes_max: the owner's first bytes
+  uint32_t carry_len = 0;
+  uint32_t greet_len = 0;
+  msghdr msg{};
+  iovec iov[3]{};
+  uint32_t iov_count = 0;
+};
+
+struct SpillSlot {
+  std::optional<session::SpillSession> spill;
+  char* buf = nullptr;  // spill_buffer_bytes
+  char* in = nullptr;   // recv_buffer_bytes: received, not yet taken by the session
+  uint32_t in_off = 0;
+  uint32_t in_len = 0;
+  // An event that could not be acted on yet (out buffer full, spill log busy).
+  bool held = false;
+  session::SpillEvent held_event;
+  bool dirty = false;
+  uint32_t vhost_len = 0;
+  uint32_t queue_len = 0;
+  char vhost[session::kVhostBytesMax];        // written before read
+  char queue[session::kDestinationBytesMax];  // written before read
+};
+
+struct AppendRef {
+  uint64_t token = 0;  // the worker's token given to the sink
+  uint32_t slot = 0;
+  uint32_t gen = 0;
+  uint64_t session_token = 0;
+};
+
+class Worker {
+ public:
+  Worker(uint32_t index, const EngineOptions& options, const session::SessionConfig& config,
+         WorkerParts parts, LogFn log, std::shared_ptr<std::atomic<uint32_t>> global_sessions);
+  ~Worker();
+  // Creates the ring, the buffers and the listener (port 0: any; returns the port bound).
+  std::optional<std::string> open(uint16_t port, uint16_t* bound);
+  void start();
+  void request_stop(uint32_t grace_ms);
+  void join();
+  const WorkerCounters& counters() const { return counters_; }
+  // From another thread: the worker's sessions (waits up to `wait_ms`).
+  std::vector<SessionView> snapshot(int wait_ms);
+
+ private:
+  void run();
+  void loop_once();
+  Nanos now() const;
+
+  // Submission helpers: every op takes one inflight count of its session.
+  io_uring_sqe* sqe();
+  static uint64_t tag(uint32_t slot, uint32_t gen, Op op);
+  void arm_accept();
+  void arm_wake();
+  void arm_spill_notify();
+  void arm_recv_client(uint32_t slot);
+  void flush_out(uint32_t slot);
+  bool queue_out(uint32_t slot, std::string_view bytes);
+  void on_cqe(const io_uring_cqe* cqe);
+  void recycle(uint16_t bid);
+
+  // worker.cc
+  void on_accept(int fd);
+  void refuse_at_accept(int fd, std::atomic<uint64_t>& counter, std::string_view message);
+  void on_send_client(uint32_t slot, int res);
+  void begin_close(uint32_t slot, bool reset);
+  void finish_close(uint32_t slot);
+  void scan(Nanos now);
+  void begin_stop();
+  void fill_snapshot();
+  void release_prelude(uint32_t slot);
+  void release_out(uint32_t slot);
+  void release_spill(uint32_t slot);
+
+  // worker_prelude.cc
+  void on_recv_client(uint32_t slot, int res, uint32_t flags);
+  void feed_prelude(uint32_t slot, std::string_view bytes);
+  void drive_prelude(uint32_t slot);
+  void resolve(uint32_t slot);
+  void connect_owner(uint32_t slot, const RouteDecision& d);
+  void on_connect(uint32_t slot, int res);
+  void send_replay(uint32_t slot);
+  void on_send_owner(uint32_t slot, int res);
+  void arm_recv_owner(uint32_t slot);
+  void on_recv_owner(uint32_t slot, int res);
+  void close_with_error(uint32_t slot, std::string_view message, std::string_view detail);
+
+  // worker_splice.cc
+  void start_splice(uint32_t slot);
+  void arm_poll(uint32_t slot, int d, bool out);
+  void splice_in(uint32_t slot, int d);
+  void splice_out(uint32_t slot, int d);
+  void on_splice_in(uint32_t slot, int d, int res);
+  void on_splice_out(uint32_t slot, int d, int res);
+  void finish_dir(uint32_t slot, int d);
+
+  // worker_spill.cc
+  void start_spill(uint32_t slot);
+  void on_recv_spill(uint32_t slot, std::string_view bytes);
+  void drive_spill(uint32_t slot);
+  bool act_spill(uint32_t slot, const session::SpillEvent& ev);
+  void poll_spill();
+
+  uint32_t index_;
+  EngineOptions options_;
+  const session::SessionConfig& config_;
+  WorkerParts parts_;
+  LogFn log_;
+  std::shared_ptr<std::atomic<uint32_t>> global_sessions_;
+  WorkerCounters counters_;
+
+  io_uring ring_{};
+  bool ring_ok_ = false;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  bool accept_armed_ = false;
+  bool spill_notify_armed_ = false;
+  uint64_t wake_value_ = 0;
+  uint64_t spill_notify_value_ = 0;
+  __kernel_timespec connect_timeout_{};
+
+  io_uring_buf_ring* buf_ring_ = nullptr;
+  size_t buf_ring_bytes_ = 0;
+  Region recv_bufs_;
+  uint32_t recv_mask_ = 0;
+  std::vector<uint32_t> recv_retry_;  // sessions whose receive found no buffer
+
+  std::vector<Session> sessions_;
+  std::vector<uint32_t> free_sessions_;
+  SlotPool<PreludeSlot> preludes_;
+  SlotPool<> outs_;
+  SlotPool<SpillSlot> spills_;
+  SourceTable sources_;
+  uint32_t per_source_max_ = 0;
+  uint32_t prelude_max_ = 0;
+  uint32_t spill_max_ = 0;
+  uint64_t next_id_ = 0;
+
+  // Spill appends in flight, in append order.
+  std::vector<AppendRef> appends_;
+  size_t appends_head_ = 0;
+  size_t appends_count_ = 0;
+  uint64_t next_token_ = 0;
+  std::vector<SpillSink::Done> done_;
+  std::unique_ptr<char[]> header_scratch_;
+  size_t header_scratch_bytes_ = 0;
+  bool spill_waiting_ = false;  // a session holds an append the sink refused as busy
+
+  Nanos next_scan_ = 0;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<uint32_t> stop_grace_ms_{0};
+  bool stopping_ = false;
+  Nanos stop_deadline_ = 0;
+
+  std::mutex snapshot_mutex_;
+  std::condition_variable snapshot_cv_;
+  std::atomic<uint64_t> snapshot_requested_{0};
+  uint64_t snapshot_done_ = 0;  // under snapshot_mutex_
+  std::vector<SessionView> snapshot_;
+
+  std::thread thread_;
+};
+
+}  // namespace sluice::uring::detail

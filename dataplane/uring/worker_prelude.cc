@@ -1,0 +1,294 @@
+// From the first byte to the owner's CONNECTED: the prelude, routing, the connect with its
+// linked timeout, the replay and the owner's first frame (DESIGN section 3).
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "dataplane/session/assert.h"
+#include "dataplane/session/builder.h"
+#include "dataplane/uring/worker.h"
+
+namespace sluice::uring::detail {
+
+namespace {
+
+void bump(std::atomic<uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+}  // namespace
+
+void Worker::on_recv_client(uint32_t slot, int res, uint32_t flags) {
+  Session& s = sessions_[slot];
+  if (res == -ENOBUFS) {
+    recv_retry_.push_back(slot);
+    return;
+  }
+  if (res <= 0) {
+    // The client went away (EOF or error) before or while being served here.
+    if (s.state == State::kPrelude) bump(counters_.prelude_end[0]);
+    begin_close(slot, res < 0);
+    return;
+  }
+  SLUICE_ASSERT(flags & IORING_CQE_F_BUFFER);
+  const uint16_t bid = uint16_t(flags >> IORING_CQE_BUFFER_SHIFT);
+  std::string_view bytes(recv_bufs_.at(size_t(bid) * options_.recv_buffer_bytes), size_t(res));
+  if (s.state == State::kPrelude) {
+    feed_prelude(slot, bytes);
+    recycle(bid);
+    if (s.state == State::kPrelude && !s.close_after_send) arm_recv_client(slot);
+  } else if (s.state == State::kSpill) {
+    on_recv_spill(slot, bytes);
+    recycle(bid);
+  } else {
+    recycle(bid);
+  }
+}
+
+void Worker::feed_prelude(uint32_t slot, std::string_view bytes) {
+  Session& s = sessions_[slot];
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  const size_t taken = ps.prelude->feed(bytes, now());
+  if (taken < bytes.size()) {
+    // The prelude buffer is full: what is left belongs to the stream after a bind (or is
+    // dropped with the session when the prelude ends over its limit).
+    std::memcpy(ps.carry, bytes.data() + taken, bytes.size() - taken);
+    ps.carry_len = uint32_t(bytes.size() - taken);
+  }
+  drive_prelude(slot);
+}
+
+void Worker::drive_prelude(uint32_t slot) {
+  Session& s = sessions_[slot];
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  while (true) {
+    session::PreludeEvent ev = ps.prelude->next();
+    switch (ev.kind) {
+      case session::PreludeEvent::Kind::kNeedMore:
+        return;
+      case session::PreludeEvent::Kind::kReply:
+        if (!queue_out(slot, ev.to_client)) {
+          begin_close(slot, false);
+          return;
+        }
+        break;
+      case session::PreludeEvent::Kind::kClose:
+        bump(counters_.prelude_end[size_t(ev.end)]);
+        s.close_after_send = true;
+        if (ev.to_client.empty() || !queue_out(slot, ev.to_client)) begin_close(slot, false);
+        return;
+      case session::PreludeEvent::Kind::kBind:
+        resolve(slot);
+        return;
+    }
+  }
+}
+
+void Worker::resolve(uint32_t slot) {
+  Session& s = sessions_[slot];
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  const session::QueueKey& key = ps.prelude->key();
+  // Kept for `sluicectl sessions`, cut to fit.
+  s.vhost_len = uint8_t(std::min<size_t>(key.vhost.size(), 20));
+  s.queue_len = uint8_t(std::min<size_t>(key.queue.size(), sizeof s.key - s.vhost_len));
+  std::memcpy(s.key, key.vhost.data(), s.vhost_len);
+  std::memcpy(s.key + s.vhost_len, key.queue.data(), s.queue_len);
+
+  const uint64_t hash = mix((uint64_t(s.src_ip) << 16) ^ s.src_port ^ (s.id << 40));
+  const RouteDecision d = parts_.router->route(key, hash);
+  switch (d.kind) {
+    case RouteDecision::Kind::kDirect:
+      connect_owner(slot, d);
+      return;
+    case RouteDecision::Kind::kSpill:
+      start_spill(slot);
+      return;
+    case RouteDecision::Kind::kRefuse:
+      bump(counters_.refused_route);
+      close_with_error(slot, d.message, "the gateway cannot route this destination");
+      return;
+  }
+}
+
+void Worker::close_with_error(uint32_t slot, std::string_view message, std::string_view detail) {
+  Session& s = sessions_[slot];
+  session::Version v = session::Version::k1_0;
+  if (s.prelude_slot != kNone && preludes_.object(s.prelude_slot).prelude) {
+    v = preludes_.object(s.prelude_slot).prelude->version();
+  }
+  char buf[1024];
+  auto frame = session::build_error(std::span<char>(buf, sizeof buf), v,
+                                    session::ErrorFrame{message, detail, {}, {}});
+  s.close_after_send = true;
+  if (!frame || !queue_out(slot, *frame)) begin_close(slot, false);
+}
+
+void Worker::connect_owner(uint32_t slot, const RouteDecision& d) {
+  Session& s = sessions_[slot];
+  s.node = d.node;
+  s.ofd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s.ofd < 0) {
+    log_(LogLevel::kWarn, "owner_socket_failed", {{{"error", std::strerror(errno)}}});
+    start_spill(slot);
+    return;
+  }
+  int one = 1;
+  setsockopt(s.ofd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  s.state = State::kConnecting;
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  // The address lives in the prelude slot until the connect completes.
+  static_assert(sizeof(sockaddr_in) <= sizeof(ps.iov));
+  std::memcpy(ps.iov, &d.addr, sizeof d.addr);
+  io_uring_sqe* e = sqe();
+  io_uring_prep_connect(e, s.ofd, reinterpret_cast<const sockaddr*>(ps.iov), sizeof(sockaddr_in));
+  e->flags |= IOSQE_IO_LINK;
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kConnect));
+  io_uring_sqe* t = sqe();
+  io_uring_prep_link_timeout(t, &connect_timeout_, 0);
+  io_uring_sqe_set_data64(t, tag(slot, s.gen, Op::kConnectTimeout));
+  s.inflight += 2;
+}
+
+void Worker::on_connect(uint32_t slot, int res) {
+  Session& s = sessions_[slot];
+  if (res < 0) {
+    // Refused, unreachable or timed out (the linked timeout cancels the connect): passive
+    // health, and the session is served from the spill log; the client sees no error.
+    bump(counters_.connect_failed);
+    parts_.router->connect_failed(s.node);
+    close(s.ofd);
+    s.ofd = -1;
+    s.node = kNone;
+    start_spill(slot);
+    return;
+  }
+  s.state = State::kReplay;
+  s.owner_deadline = now() + Nanos(options_.connect_timeout_ms) * session::kNanosPerMilli;
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  session::BindPlan plan = ps.prelude->take_bind_plan();
+  ps.iov[0] = iovec{const_cast<char*>(plan.connect.data()), plan.connect.size()};
+  ps.iov[1] = iovec{const_cast<char*>(plan.rest.data()), plan.rest.size()};
+  ps.iov[2] = iovec{ps.carry, ps.carry_len};
+  ps.iov_count = 3;
+  send_replay(slot);
+}
+
+void Worker::send_replay(uint32_t slot) {
+  Session& s = sessions_[slot];
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  // Skip what is fully sent.
+  uint32_t first = 3 - ps.iov_count;
+  while (ps.iov_count > 0 && ps.iov[first].iov_len == 0) {
+    ++first;
+    --ps.iov_count;
+  }
+  if (ps.iov_count == 0) {
+    s.state = State::kGreeting;
+    ps.greeting.emplace(config_.frame_limits, ps.prelude->version());
+    arm_recv_owner(slot);
+    return;
+  }
+  ps.msg = msghdr{};
+  ps.msg.msg_iov = &ps.iov[first];
+  ps.msg.msg_iovlen = ps.iov_count;
+  io_uring_sqe* e = sqe();
+  io_uring_prep_sendmsg(e, s.ofd, &ps.msg, MSG_NOSIGNAL);
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kSendOwner));
+  ++s.inflight;
+}
+
+void Worker::on_send_owner(uint32_t slot, int res) {
+  Session& s = sessions_[slot];
+  if (s.close_after_send) return;  // timed out meanwhile: the ERROR is on its way
+  if (res < 0 && res != -EAGAIN && res != -EINTR) {
+    bump(counters_.owner_protocol);
+    close_with_error(slot, "owner unavailable", "the connection to the owner failed");
+    return;
+  }
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  size_t left = res > 0 ? size_t(res) : 0;
+  s.bytes_in += left;
+  for (uint32_t i = 3 - ps.iov_count; i < 3 && left > 0; ++i) {
+    const size_t k = std::min(left, ps.iov[i].iov_len);
+    ps.iov[i].iov_base = static_cast<char*>(ps.iov[i].iov_base) + k;
+    ps.iov[i].iov_len -= k;
+    left -= k;
+  }
+  send_replay(slot);
+}
+
+void Worker::arm_recv_owner(uint32_t slot) {
+  Session& s = sessions_[slot];
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  io_uring_sqe* e = sqe();
+  io_uring_prep_recv(e, s.ofd, ps.greet + ps.greet_len, options_.greeting_bytes_max - ps.greet_len,
+                     0);
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kRecvOwner));
+  ++s.inflight;
+}
+
+void Worker::on_recv_owner(uint32_t slot, int res) {
+  Session& s = sessions_[slot];
+  if (s.close_after_send) return;
+  if (res == -EAGAIN || res == -EINTR) {
+    arm_recv_owner(slot);
+    return;
+  }
+  if (res <= 0) {
+    bump(counters_.owner_protocol);
+    close_with_error(slot, "owner closed the connection",
+                     "the owner closed the connection before answering CONNECT");
+    return;
+  }
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  ps.greet_len += uint32_t(res);
+  session::GreetingResult g = ps.greeting->on_bytes(std::string_view(ps.greet, ps.greet_len));
+  switch (g.kind) {
+    case session::GreetingResult::Kind::kNeedMore:
+      if (ps.greet_len >= options_.greeting_bytes_max) {
+        bump(counters_.owner_protocol);
+        close_with_error(slot, "owner protocol error", "the owner's first frame is too large");
+        return;
+      }
+      arm_recv_owner(slot);
+      return;
+    case session::GreetingResult::Kind::kStrip: {
+      // What came after CONNECTED (a MESSAGE for a replayed SUBSCRIBE) goes to the client
+      // before the splice starts.
+      std::string_view after(ps.greet + g.consumed, ps.greet_len - g.consumed);
+      if (after.empty()) {
+        start_splice(slot);
+      } else {
+        s.splice_after_send = true;
+        if (!queue_out(slot, after)) begin_close(slot, true);
+      }
+      return;
+    }
+    case session::GreetingResult::Kind::kForwardError:
+      bump(counters_.owner_error);
+      s.close_after_send = true;
+      if (!queue_out(slot, g.to_client)) begin_close(slot, false);
+      return;
+    case session::GreetingResult::Kind::kProtocolError:
+      bump(counters_.owner_protocol);
+      log_(LogLevel::kWarn, "owner_protocol_error",
+           {{{"node", parts_.router->node_name(s.node)}, {"reason", g.reason}}});
+      s.close_after_send = true;
+      if (!queue_out(slot, g.to_client)) begin_close(slot, false);
+      return;
+  }
+}
+
+}  // namespace sluice::uring::detail

@@ -1,0 +1,210 @@
+// Spill sessions: the owner cannot be reached (or the queue's backlog must drain first), so the
+// worker terminates STOMP itself; every SEND goes to the spill log and its RECEIPT goes out only
+// once the log says the record is durable (DESIGN sections 3 and 6).
+#include <cstring>
+
+#include "dataplane/session/assert.h"
+#include "dataplane/session/builder.h"
+#include "dataplane/session/spill_record.h"
+#include "dataplane/uring/worker.h"
+
+namespace sluice::uring::detail {
+
+namespace {
+
+void bump(std::atomic<uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void Worker::start_spill(uint32_t slot) {
+  Session& s = sessions_[slot];
+  s.node = kNone;
+  if (parts_.spill == nullptr || parts_.hooks == nullptr) {
+    bump(counters_.refused_route);
+    close_with_error(slot, "owner unavailable, retry later",
+                     "the queue's owner cannot be reached and this gateway has no spill log");
+    return;
+  }
+  if (preludes_.object(s.prelude_slot).prelude->key().default_route) {
+    // Only owned queues have a backlog the drainer can deliver.
+    bump(counters_.refused_route);
+    close_with_error(slot, "owner unavailable, retry later",
+                     "the node chosen for this destination cannot be reached");
+    return;
+  }
+  const uint32_t k = spills_.count() > 0 ? spills_.take() : kNone;
+  if (k == kNone) {
+    bump(counters_.refused_spill_max);
+    close_with_error(slot, "owner unavailable, retry later",
+                     "the queue's owner cannot be reached and the gateway serves as many "
+                     "spill sessions as it may");
+    return;
+  }
+  s.spill_slot = k;
+  s.state = State::kSpill;
+  bump(counters_.spilled);
+  bump(counters_.spilling);
+  SpillSlot& ss = spills_.object(k);
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  const session::QueueKey& key = ps.prelude->key();
+  ss.vhost_len = uint32_t(key.vhost.size());
+  ss.queue_len = uint32_t(key.queue.size());
+  std::memcpy(ss.vhost, key.vhost.data(), ss.vhost_len);
+  std::memcpy(ss.queue, key.queue.data(), ss.queue_len);
+  ss.held = false;
+  ss.dirty = false;
+  ss.in_off = 0;
+  ss.in_len = ps.carry_len;
+  std::memcpy(ss.in, ps.carry, ps.carry_len);
+  const size_t spill_buf =
+      session::spill_buffer_bytes(config_, options_.spill_limits.txn_bytes_max);
+  ss.spill.emplace(config_, options_.spill_limits, std::span<char>(ss.buf, spill_buf),
+                   *parts_.hooks);
+  ss.spill->start(*ps.prelude);
+  release_prelude(slot);
+  s.end_requested = false;
+  drive_spill(slot);
+}
+
+void Worker::on_recv_spill(uint32_t slot, std::string_view bytes) {
+  Session& s = sessions_[slot];
+  SpillSlot& ss = spills_.object(s.spill_slot);
+  SLUICE_ASSERT(ss.in_len == 0);
+  std::memcpy(ss.in, bytes.data(), bytes.size());
+  ss.in_off = 0;
+  ss.in_len = uint32_t(bytes.size());
+  drive_spill(slot);
+}
+
+void Worker::drive_spill(uint32_t slot) {
+  Session& s = sessions_[slot];
+  if (s.state != State::kSpill) return;
+  SpillSlot& ss = spills_.object(s.spill_slot);
+  if (ss.held) {
+    if (!act_spill(slot, ss.held_event)) return;
+    ss.held = false;
+    if (s.state != State::kSpill) return;
+  }
+  // Bounded: each pass either acts on an event or feeds bytes; the session stops producing
+  // events once receipts_pending_max receipts wait.
+  for (int guard = 0; guard < 100000; ++guard) {
+    session::SpillEvent ev = ss.spill->next();
+    if (ev.kind == session::SpillEvent::Kind::kNeedMore) {
+      if (ss.in_len > 0) {
+        const size_t n = ss.spill->feed(std::string_view(ss.in + ss.in_off, ss.in_len));
+        ss.in_off += uint32_t(n);
+        ss.in_len -= uint32_t(n);
+        if (n > 0) continue;
+        return;
+      }
+      if (!s.close_after_send) arm_recv_client(slot);
+      return;
+    }
+    if (ev.kind == session::SpillEvent::Kind::kWaitDurable) return;
+    if (!act_spill(slot, ev)) {
+      ss.held = true;
+      ss.held_event = ev;
+      return;
+    }
+    if (s.state != State::kSpill || s.close_after_send) return;
+  }
+}
+
+// False: the event could not be acted on yet (keep it, retry after a send or a completion).
+bool Worker::act_spill(uint32_t slot, const session::SpillEvent& ev) {
+  Session& s = sessions_[slot];
+  SpillSlot& ss = spills_.object(s.spill_slot);
+  switch (ev.kind) {
+    case session::SpillEvent::Kind::kReply:
+      return queue_out(slot, ev.to_client);
+    case session::SpillEvent::Kind::kAppend: {
+      if (appends_count_ == appends_.size()) {
+        spill_waiting_ = true;
+        bump(counters_.appends_busy);
+        return false;
+      }
+      auto headers = session::spill_record_headers(
+          *ev.frame, std::span<char>(header_scratch_.get(), header_scratch_bytes_));
+      if (!headers) {
+        ss.spill->on_append_failed(ev.token, "message headers too large for the spill log");
+        return true;
+      }
+      std::string_view why;
+      const uint64_t token = ++next_token_;
+      switch (parts_.spill->append(token, ev.key.vhost, ev.key.queue, *headers, ev.frame->body(),
+                                   &why)) {
+        case SpillSink::Result::kQueued: {
+          AppendRef& r = appends_[(appends_head_ + appends_count_) % appends_.size()];
+          r = AppendRef{token, slot, s.gen, ev.token};
+          ++appends_count_;
+          bump(counters_.appends);
+          return true;
+        }
+        case SpillSink::Result::kBusy:
+          --next_token_;
+          spill_waiting_ = true;
+          bump(counters_.appends_busy);
+          return false;
+        case SpillSink::Result::kRefused:
+          --next_token_;
+          ss.spill->on_append_failed(ev.token, why);
+          return true;
+      }
+      return true;
+    }
+    case session::SpillEvent::Kind::kBatchBegin:
+    case session::SpillEvent::Kind::kBatchEnd:
+      return true;
+    case session::SpillEvent::Kind::kClose:
+      bump(counters_.spill_end[size_t(ev.end)]);
+      s.close_after_send = true;
+      if (ev.to_client.empty() || !queue_out(slot, ev.to_client)) begin_close(slot, false);
+      return true;
+    default:
+      return true;
+  }
+}
+
+void Worker::poll_spill() {
+  if (parts_.spill == nullptr) return;
+  bool any = false;
+  while (true) {
+    const size_t n = parts_.spill->poll(std::span<SpillSink::Done>(done_));
+    if (n == 0) break;
+    any = true;
+    for (size_t i = 0; i < n; ++i) {
+      const SpillSink::Done& d = done_[i];
+      SLUICE_ASSERT(appends_count_ > 0);
+      const AppendRef r = appends_[appends_head_];
+      SLUICE_ASSERT(r.token == d.token);
+      appends_head_ = (appends_head_ + 1) % appends_.size();
+      --appends_count_;
+      Session& s = sessions_[r.slot];
+      if (s.gen != r.gen || s.state != State::kSpill) continue;  // the session has gone
+      SpillSlot& ss = spills_.object(s.spill_slot);
+      if (d.durable) {
+        ss.spill->on_durable(r.session_token);
+      } else {
+        ss.spill->on_append_failed(r.session_token, d.message);
+      }
+      ss.dirty = true;
+    }
+    if (n < done_.size()) break;
+  }
+  if (!any && !spill_waiting_) return;
+  const bool retry_all = spill_waiting_;
+  spill_waiting_ = false;
+  for (uint32_t i = 0; i < sessions_.size(); ++i) {
+    Session& s = sessions_[i];
+    if (s.state != State::kSpill) continue;
+    SpillSlot& ss = spills_.object(s.spill_slot);
+    if (ss.dirty || (retry_all && ss.held)) {
+      ss.dirty = false;
+      drive_spill(i);
+    }
+  }
+}
+
+}  // namespace sluice::uring::detail

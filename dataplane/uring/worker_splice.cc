@@ -1,0 +1,138 @@
+// The spliced phase: bytes move socket -> pipe -> socket with IORING_OP_SPLICE, never through
+// user memory. Each direction runs poll(readable) -> splice in -> splice out (poll(writable)
+// while the peer's buffer is full) -> splice in ...; EOF is passed on as a half-close, an error
+// on either side resets both.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "dataplane/session/assert.h"
+#include "dataplane/uring/worker.h"
+
+namespace sluice::uring::detail {
+
+namespace {
+
+void add(std::atomic<uint64_t>& c, uint64_t n) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+constexpr unsigned kSpliceFlags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
+
+}  // namespace
+
+void Worker::start_splice(uint32_t slot) {
+  Session& s = sessions_[slot];
+  for (Dir& d : s.dir) {
+    int p[2];
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+      log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
+      begin_close(slot, true);
+      return;
+    }
+    d.pipe_r = p[0];
+    d.pipe_w = p[1];
+    (void)fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes));
+  }
+  release_prelude(slot);
+  release_out(slot);
+  s.state = State::kSpliced;
+  add(counters_.spliced, 1);
+  add(counters_.splicing, 1);
+  arm_poll(slot, 0, false);
+  arm_poll(slot, 1, false);
+}
+
+void Worker::arm_poll(uint32_t slot, int d, bool out) {
+  Session& s = sessions_[slot];
+  const int fd = out ? (d == 0 ? s.ofd : s.cfd) : (d == 0 ? s.cfd : s.ofd);
+  io_uring_sqe* e = sqe();
+  io_uring_prep_poll_add(e, fd, out ? POLLOUT : POLLIN);
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(out ? Op::kPollOut : Op::kPollIn) + d)));
+  ++s.inflight;
+}
+
+void Worker::splice_in(uint32_t slot, int d) {
+  Session& s = sessions_[slot];
+  Dir& dir = s.dir[d];
+  const int src = d == 0 ? s.cfd : s.ofd;
+  io_uring_sqe* e = sqe();
+  io_uring_prep_splice(e, src, -1, dir.pipe_w, -1, options_.pipe_bytes, kSpliceFlags);
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(Op::kSpliceIn) + d)));
+  ++s.inflight;
+}
+
+void Worker::splice_out(uint32_t slot, int d) {
+  Session& s = sessions_[slot];
+  Dir& dir = s.dir[d];
+  const int dst = d == 0 ? s.ofd : s.cfd;
+  io_uring_sqe* e = sqe();
+  io_uring_prep_splice(e, dir.pipe_r, -1, dst, -1, dir.in_pipe, kSpliceFlags);
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(Op::kSpliceOut) + d)));
+  ++s.inflight;
+}
+
+void Worker::on_splice_in(uint32_t slot, int d, int res) {
+  Session& s = sessions_[slot];
+  Dir& dir = s.dir[d];
+  if (res > 0) {
+    dir.in_pipe += uint32_t(res);
+    if (d == 0) {
+      s.bytes_in += uint64_t(res);
+      add(counters_.bytes_in, uint64_t(res));
+    } else {
+      s.bytes_out += uint64_t(res);
+      add(counters_.bytes_out, uint64_t(res));
+    }
+    splice_out(slot, d);
+    return;
+  }
+  if (res == 0) {
+    dir.eof = true;
+    finish_dir(slot, d);
+    return;
+  }
+  if (res == -EAGAIN || res == -EINTR) {
+    arm_poll(slot, d, false);
+    return;
+  }
+  // ECONNRESET and friends: the reset reaches the other side too.
+  add(counters_.resets, 1);
+  begin_close(slot, true);
+}
+
+void Worker::on_splice_out(uint32_t slot, int d, int res) {
+  Session& s = sessions_[slot];
+  Dir& dir = s.dir[d];
+  if (res > 0) {
+    SLUICE_ASSERT(uint32_t(res) <= dir.in_pipe);
+    dir.in_pipe -= uint32_t(res);
+    if (dir.in_pipe > 0) {
+      arm_poll(slot, d, true);
+    } else {
+      // More is likely waiting behind a full read: try at once, poll only when it says so.
+      splice_in(slot, d);
+    }
+    return;
+  }
+  if (res == -EAGAIN || res == -EINTR || res == 0) {
+    arm_poll(slot, d, true);
+    return;
+  }
+  add(counters_.resets, 1);
+  begin_close(slot, true);
+}
+
+void Worker::finish_dir(uint32_t slot, int d) {
+  Session& s = sessions_[slot];
+  s.dir[d].done = true;
+  // Half-close passes on: the peer reads EOF, the other direction keeps flowing.
+  shutdown(d == 0 ? s.ofd : s.cfd, SHUT_WR);
+  if (s.dir[0].done && s.dir[1].done) begin_close(slot, false);
+}
+
+}  // namespace sluice::uring::detail

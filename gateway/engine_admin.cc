@@ -1,0 +1,133 @@
+#include "gateway/engine_admin.h"
+
+#include <string>
+
+#include "dataplane/session/prelude.h"
+#include "dataplane/session/spill_session.h"
+#include "gateway/metrics_families.h"
+
+namespace sluice::gateway {
+
+namespace {
+
+uint64_t get(const std::atomic<uint64_t>& a) {
+  return a.load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+std::vector<control::SessionInfo> EngineAdmin::sessions(size_t limit, size_t* total) {
+  std::vector<control::SessionInfo> out;
+  for (uring::SessionView& v : engine_.sessions(limit, total)) {
+    control::SessionInfo i;
+    i.worker = v.worker;
+    i.id = v.id;
+    i.client = std::move(v.client);
+    i.vhost = std::move(v.vhost);
+    i.queue = std::move(v.queue);
+    i.owner = std::move(v.owner);
+    i.state = std::move(v.state);
+    i.bytes_in = v.bytes_in;
+    i.bytes_out = v.bytes_out;
+    i.age_ms = v.age_ms;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+control::SessionTotals EngineAdmin::totals() {
+  control::SessionTotals t;
+  for (size_t w = 0; w < engine_.worker_count(); ++w) {
+    const uring::WorkerCounters& c = engine_.counters(w);
+    t.active += get(c.active);
+    t.prelude += get(c.prelude);
+    t.spliced += get(c.splicing);
+    t.spill += get(c.spilling);
+    t.accepted += get(c.accepted);
+    t.refused += get(c.refused_sessions_max) + get(c.refused_per_source) +
+                 get(c.refused_prelude_max) + get(c.refused_stopping);
+  }
+  return t;
+}
+
+std::string EngineAdmin::metrics_text() {
+  Families f;
+  const size_t n = engine_.worker_count();
+  auto per_worker = [&](const char* name, const char* type, const char* help,
+                        const std::atomic<uint64_t> uring::WorkerCounters::*field) {
+    f.family(name, type, help);
+    for (size_t w = 0; w < n; ++w)
+      f.sample(name, "worker=\"" + std::to_string(w) + "\"",
+               double(get(engine_.counters(w).*field)));
+  };
+  using C = uring::WorkerCounters;
+  per_worker("sluice_sessions_accepted_total", "counter", "Client connections accepted.",
+             &C::accepted);
+  per_worker("sluice_sessions_active", "gauge", "Sessions open, every state.", &C::active);
+  per_worker("sluice_sessions_prelude", "gauge", "Sessions in prelude.", &C::prelude);
+  per_worker("sluice_sessions_spliced", "gauge", "Sessions spliced to their owner.", &C::splicing);
+  per_worker("sluice_sessions_spill", "gauge", "Sessions served from the spill log.", &C::spilling);
+  per_worker("sluice_sessions_spliced_total", "counter", "Sessions that reached the splice.",
+             &C::spliced);
+  per_worker("sluice_sessions_spilled_total", "counter", "Sessions that became spill sessions.",
+             &C::spilled);
+  per_worker("sluice_owner_connect_failures_total", "counter",
+             "Connects to an owner refused or timed out (passive health reports).",
+             &C::connect_failed);
+  per_worker("sluice_owner_errors_total", "counter",
+             "Replays the owner answered with ERROR (forwarded to the client).", &C::owner_error);
+  per_worker("sluice_owner_protocol_errors_total", "counter",
+             "Owners that answered the replay with something other than CONNECTED or closed.",
+             &C::owner_protocol);
+  per_worker("sluice_owner_timeouts_total", "counter",
+             "Owners that did not answer the replay within connect_timeout_ms.", &C::owner_timeout);
+  per_worker("sluice_splice_resets_total", "counter",
+             "Spliced sessions ended by a reset or socket error.", &C::resets);
+  per_worker("sluice_splice_bytes_in_total", "counter", "Bytes spliced client to owner.",
+             &C::bytes_in);
+  per_worker("sluice_splice_bytes_out_total", "counter", "Bytes spliced owner to client.",
+             &C::bytes_out);
+  per_worker("sluice_spill_session_appends_total", "counter",
+             "SENDs of spill sessions handed to the spill log.", &C::appends);
+  per_worker("sluice_spill_session_appends_busy_total", "counter",
+             "Appends held back because the spill log's ring was full.", &C::appends_busy);
+
+  f.family("sluice_sessions_refused_total", "counter",
+           "Sessions refused at accept or routing, by reason.");
+  const std::pair<const char*, const std::atomic<uint64_t> C::*> refused[] = {
+      {"sessions_max", &C::refused_sessions_max},
+      {"per_source", &C::refused_per_source},
+      {"prelude_max", &C::refused_prelude_max},
+      {"spill_max", &C::refused_spill_max},
+      {"route", &C::refused_route},
+      {"stopping", &C::refused_stopping}};
+  for (auto& [reason, field] : refused) {
+    uint64_t sum = 0;
+    for (size_t w = 0; w < n; ++w)
+      sum += get(engine_.counters(w).*field);
+    f.sample("sluice_sessions_refused_total", std::string("reason=\"") + reason + "\"",
+             double(sum));
+  }
+  f.family("sluice_prelude_ends_total", "counter",
+           "Preludes that ended without a destination, by reason (none: the client left).");
+  for (size_t e = 0; e < 9; ++e) {
+    uint64_t sum = 0;
+    for (size_t w = 0; w < n; ++w)
+      sum += get(engine_.counters(w).prelude_end[e]);
+    f.sample("sluice_prelude_ends_total",
+             "reason=\"" + std::string(session::prelude_end_name(session::PreludeEnd(e))) + "\"",
+             double(sum));
+  }
+  f.family("sluice_spill_session_ends_total", "counter", "Spill sessions ended, by reason.");
+  for (size_t e = 1; e < 9; ++e) {
+    uint64_t sum = 0;
+    for (size_t w = 0; w < n; ++w)
+      sum += get(engine_.counters(w).spill_end[e]);
+    f.sample("sluice_spill_session_ends_total",
+             "reason=\"" + std::string(session::spill_end_name(session::SpillEnd(e))) + "\"",
+             double(sum));
+  }
+  return f.take();
+}
+
+}  // namespace sluice::gateway

@@ -1,0 +1,194 @@
+#include "gateway/engine_parts.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+
+#include <cstring>
+
+#include "control/replica_worker.h"
+
+namespace sluice::gateway {
+
+std::optional<std::string> NodeDirectory::set(const std::vector<control::NodeSpec>& nodes) {
+  std::vector<sockaddr_in> addrs;
+  std::vector<std::string> names;
+  for (const control::NodeSpec& n : nodes) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(n.port);
+    if (inet_pton(AF_INET, n.host.c_str(), &a.sin_addr) != 1) {
+      addrinfo hints{};
+      hints.ai_family = AF_INET;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* res = nullptr;
+      int r = getaddrinfo(n.host.c_str(), nullptr, &hints, &res);
+      if (r != 0 || res == nullptr) {
+        return "nodes: " + n.name + ": cannot resolve host " + n.host + ": " + gai_strerror(r);
+      }
+      a.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+      freeaddrinfo(res);
+    }
+    addrs.push_back(a);
+    names.push_back(n.name);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  addrs_ = std::move(addrs);
+  names_ = std::move(names);
+  version_.fetch_add(1, std::memory_order_release);
+  return std::nullopt;
+}
+
+void NodeDirectory::copy(std::vector<sockaddr_in>* addrs, std::vector<std::string>* names,
+                         uint64_t* version) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  *addrs = addrs_;
+  *names = names_;
+  *version = version_.load(std::memory_order_relaxed);
+}
+
+ReplicaRouter::ReplicaRouter(control::Control::Worker worker, NodeDirectory& nodes)
+    : worker_(std::move(worker)), directory_(nodes) {
+  order_.resize(control::kNodesMax);
+  unsent_.reserve(kBacklogMax);
+  refresh_nodes();
+}
+
+void ReplicaRouter::refresh_nodes() {
+  directory_.copy(&addrs_, &names_, &nodes_version_);
+}
+
+void ReplicaRouter::poll() {
+  worker_.channel->to_worker.pop_some(
+      [this](const control::ControlToWorker& m) { (void)worker_.replica->apply(m); },
+      control::ReplicaWorker::kApplyPerPass);
+  if (directory_.version() != nodes_version_) refresh_nodes();
+  size_t sent = 0;
+  while (sent < unsent_.size() && worker_.channel->to_control.try_push(unsent_[sent]))
+    ++sent;
+  unsent_.erase(unsent_.begin(), unsent_.begin() + long(sent));
+}
+
+void ReplicaRouter::report(const control::WorkerToControl& m) {
+  if (unsent_.empty() && worker_.channel->to_control.try_push(m)) return;
+  if (unsent_.size() < kBacklogMax) {
+    unsent_.push_back(m);
+  } else {
+    ++reports_dropped_;  // the ring counts its refusals too (full_count)
+  }
+}
+
+bool ReplicaRouter::usable(control::NodeIndex n) const {
+  const control::Replica& r = *worker_.replica;
+  return n != control::kNoNode && n < addrs_.size() &&
+         r.node_health(n) == control::HealthState::kUp &&
+         r.node_admin(n) == control::AdminState::kUp;
+}
+
+uring::RouteDecision ReplicaRouter::direct(control::NodeIndex n) {
+  uring::RouteDecision d;
+  d.kind = uring::RouteDecision::Kind::kDirect;
+  d.node = n;
+  d.addr = addrs_[n];
+  return d;
+}
+
+uring::RouteDecision ReplicaRouter::route(const session::QueueKey& key, uint64_t session_hash) {
+  control::Replica& r = *worker_.replica;
+  uring::RouteDecision refuse;
+  refuse.kind = uring::RouteDecision::Kind::kRefuse;
+  if (key.default_route) {
+    // Rendezvous of the session over the healthy nodes: the highest mixed score wins.
+    control::NodeIndex best = control::kNoNode;
+    uint64_t best_score = 0;
+    for (control::NodeIndex n = 0; n < r.node_count(); ++n) {
+      if (!usable(n)) continue;
+      uint64_t x = session_hash ^ (uint64_t(n + 1) * 0x9E3779B97F4A7C15ull);
+      x ^= x >> 31;
+      x *= 0xbf58476d1ce4e5b9ull;
+      x ^= x >> 29;
+      if (best == control::kNoNode || x > best_score) {
+        best = n;
+        best_score = x;
+      }
+    }
+    if (best == control::kNoNode) {
+      refuse.message = "no node available, retry later";
+      return refuse;
+    }
+    return direct(best);
+  }
+  control::Route route = r.lookup(key.vhost, key.queue);
+  control::NodeIndex owner = route.owner;
+  if (!route.known) {
+    control::WorkerToControl placed;
+    owner = r.place_unknown(key.vhost, key.queue, &placed);
+    if (owner == control::kNoNode) {
+      refuse.message = r.node_count() == 0 ? std::string_view("no node configured")
+                                           : std::string_view("queue or vhost name too long");
+      return refuse;
+    }
+    report(placed);
+  }
+  if (route.backlog) return uring::RouteDecision{};  // the drain barrier: spill
+  if (owner >= addrs_.size()) return uring::RouteDecision{};
+  if (usable(owner)) return direct(owner);
+  if (r.node_admin(owner) == control::AdminState::kDrain &&
+      r.node_health(owner) == control::HealthState::kUp) {
+    // No new sessions on a draining node: the next in the queue's rendezvous order.
+    const size_t n = r.node_count();
+    r.order(key.vhost, key.queue, std::span<control::NodeIndex>(order_.data(), n));
+    for (size_t i = 0; i < n; ++i)
+      if (usable(order_[i])) return direct(order_[i]);
+  }
+  return uring::RouteDecision{};  // down or in maintenance: spill
+}
+
+bool ReplicaRouter::owner_up(const session::QueueKey& key) {
+  const control::Replica& r = *worker_.replica;
+  const control::Route route = r.lookup(key.vhost, key.queue);
+  if (!route.known) return false;
+  return route.owner < addrs_.size() && r.node_health(route.owner) == control::HealthState::kUp &&
+         r.node_admin(route.owner) != control::AdminState::kMaintenance;
+}
+
+void ReplicaRouter::connect_failed(uint32_t node) {
+  if (node >= control::kNoNode) return;
+  report(control::PassiveFailure{control::NodeIndex(node)});
+}
+
+std::string_view ReplicaRouter::node_name(uint32_t node) const {
+  return node < names_.size() ? std::string_view(names_[node]) : std::string_view();
+}
+
+uring::SpillSink::Result ProducerSink::append(uint64_t token, std::string_view vhost,
+                                              std::string_view queue, std::string_view headers,
+                                              std::string_view body, std::string_view* why) {
+  switch (producer_.append(token, vhost, queue, headers, body)) {
+    case queue::AppendResult::kQueued:
+      return Result::kQueued;
+    case queue::AppendResult::kRingFull:
+    case queue::AppendResult::kArenaFull:
+      return Result::kBusy;
+    case queue::AppendResult::kTooLarge:
+      *why = "message too large for the spill log";
+      return Result::kRefused;
+    case queue::AppendResult::kBadName:
+      *why = "queue name not accepted by the spill log";
+      return Result::kRefused;
+  }
+  *why = "spill log refused the message";
+  return Result::kRefused;
+}
+
+size_t ProducerSink::poll(std::span<Done> out) {
+  size_t n = 0;
+  producer_.poll(
+      [&](const queue::Completion& c) {
+        out[n++] = Done{c.token, c.status == queue::AppendStatus::kDurable,
+                        queue::append_status_message(c.status)};
+      },
+      out.size());
+  return n;
+}
+
+}  // namespace sluice::gateway

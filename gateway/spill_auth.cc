@@ -1,0 +1,583 @@
+// The users file (reading, checking, editing) and SpillAuth, the spill sessions' credentials and
+// ACL; format and hash parameters at the top of spill_auth.h.
+#include "gateway/spill_auth.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <unordered_map>
+
+#include "dataplane/session/assert.h"
+
+namespace sluice::gateway {
+namespace {
+
+constexpr std::string_view kArgon2idPrefix = "$argon2id$";
+constexpr std::string_view kNewFileHeader =
+    "# Sluice spill session users: `user NAME HASH` and `allow NAME VHOST QUEUE` lines\n"
+    "# (gateway/README.md \"Spill users file\"). Edit with `sluicectl user add/remove`.\n";
+
+void init_sodium() {
+  // Thread-safe; 1 when already initialised, -1 only when no entropy source can be opened.
+  SLUICE_ASSERT(sodium_init() >= 0);
+}
+
+// The key of the passcode digests in the caches: random, per process, never leaves memory.
+const std::array<unsigned char, crypto_generichash_KEYBYTES>& digest_key() {
+  static const std::array<unsigned char, crypto_generichash_KEYBYTES> key = [] {
+    init_sodium();
+    std::array<unsigned char, crypto_generichash_KEYBYTES> k;
+    randombytes_buf(k.data(), k.size());
+    return k;
+  }();
+  return key;
+}
+
+// Verified against when the login is unknown, so that an unknown login costs as much as a wrong
+// passcode and the answer's time does not tell which logins exist.
+const std::string& decoy_hash() {
+  static const std::string hash = [] {
+    std::array<unsigned char, 16> random;
+    randombytes_buf(random.data(), random.size());
+    std::optional<std::string> h =
+        hash_passcode(std::string_view(reinterpret_cast<const char*>(random.data()), 16));
+    SLUICE_ASSERT(h.has_value());
+    return *h;
+  }();
+  return hash;
+}
+
+// Text from a file or the user, safe in a one-line message: quoted, control and non-ASCII bytes
+// as \xNN, long text cut.
+std::string quoted(std::string_view s) {
+  constexpr size_t kShownMax = 80;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size() && i < kShownMax; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += char(c);
+    }
+  }
+  if (s.size() > kShownMax) out += "...";
+  return out + "\"";
+}
+
+bool has_control_or_space(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c <= 0x20 || c == 0x7f;
+  });
+}
+
+// Lines without their '\n' (and without a '\r' before it); a last line without '\n' counts.
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    lines.push_back(line);
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
+  }
+  return lines;
+}
+
+// Tokens separated by spaces and tabs; none for a blank or comment line.
+std::vector<std::string_view> tokens_of(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t'))
+      ++i;
+    const size_t start = i;
+    while (i < line.size() && line[i] != ' ' && line[i] != '\t')
+      ++i;
+    if (i > start) out.push_back(line.substr(start, i - start));
+  }
+  if (!out.empty() && out.front().front() == '#') out.clear();
+  return out;
+}
+
+// "$argon2id$v=19$m=M,t=T,p=P$..." -> M, T, P; false when the string does not have that shape.
+bool argon2id_params(std::string_view h, uint64_t* m, uint64_t* t, uint64_t* p) {
+  if (!h.starts_with(kArgon2idPrefix)) return false;
+  h.remove_prefix(kArgon2idPrefix.size());
+  auto number = [&h](std::string_view label, char end, uint64_t* out) {
+    if (!h.starts_with(label)) return false;
+    h.remove_prefix(label.size());
+    auto [ptr, ec] = std::from_chars(h.data(), h.data() + h.size(), *out);
+    if (ec != std::errc() || ptr == h.data() || ptr == h.data() + h.size() || *ptr != end) {
+      return false;
+    }
+    h.remove_prefix(size_t(ptr - h.data()) + 1);
+    return true;
+  };
+  uint64_t version = 0;
+  return number("v=", '$', &version) && version == 19 && number("m=", ',', m) &&
+         number("t=", ',', t) && number("p=", '$', p);
+}
+
+UsersFile::LoadResult error_at(const std::string& path, size_t line, const std::string& what) {
+  return path + ":" + std::to_string(line) + ": " + what;
+}
+
+}  // namespace
+
+bool allow_matches(const AllowRule& rule, const session::QueueKey& key) {
+  if (rule.vhost != "*" && rule.vhost != key.vhost) return false;
+  std::string_view q = rule.queue;
+  if (!q.empty() && q.back() == '*') {
+    q.remove_suffix(1);
+    return key.queue.starts_with(q);
+  }
+  return key.queue == q;
+}
+
+std::string check_user_name(std::string_view name) {
+  const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '@' || c == '-';
+  });
+  if (name.empty() || name.size() > kUserNameBytesMax || !chars_ok) {
+    return "user name " + quoted(name) + " must be 1 to 255 characters from A-Z a-z 0-9 . _ @ -";
+  }
+  return {};
+}
+
+std::string check_hash(std::string_view hash) {
+  const std::string what =
+      "the hash of a user must be an argon2id string as `sluicectl user add` "
+      "writes it ($argon2id$v=19$m=...,t=...,p=1$SALT$HASH)";
+  uint64_t m = 0, t = 0, p = 0;
+  if (hash.size() >= crypto_pwhash_STRBYTES || !argon2id_params(hash, &m, &t, &p)) {
+    return what + ", not " + quoted(hash);
+  }
+  if (p != 1) return "the hash's parallelism must be p=1 (libsodium), not p=" + std::to_string(p);
+  if (m == 0 || t == 0 || m > kHashCostMaxKib || t > kHashCostMaxKib || m * t > kHashCostMaxKib) {
+    return "the hash costs m=" + std::to_string(m) + " KiB x t=" + std::to_string(t) +
+           ", more than " + std::to_string(kHashCostMaxKib) +
+           " KiB-passes: verifying it would stall a worker; make it again with `sluicectl user "
+           "add`";
+  }
+  std::array<char, crypto_pwhash_STRBYTES> z{};
+  std::copy(hash.begin(), hash.end(), z.begin());
+  init_sodium();
+  // -1: the salt or the hash part does not decode.
+  if (crypto_pwhash_str_needs_rehash(z.data(), kHashOpsLimit, kHashMemLimitBytes) == -1) {
+    return what + "; this one does not decode";
+  }
+  return {};
+}
+
+std::string check_allow(std::string_view vhost, std::string_view queue) {
+  if (vhost.empty() || vhost.size() > session::kVhostBytesMax || has_control_or_space(vhost)) {
+    return "VHOST " + quoted(vhost) +
+           " must be 1 to 255 bytes without spaces or control characters, or '*'";
+  }
+  if (vhost != "*" && vhost.find('*') != std::string_view::npos) {
+    return "VHOST " + quoted(vhost) + " must be a name or '*' for any vhost";
+  }
+  if (queue.empty() || queue.size() > session::kDestinationBytesMax ||
+      has_control_or_space(queue)) {
+    return "QUEUE " + quoted(queue) +
+           " must be 1 to 1024 bytes without spaces or control characters";
+  }
+  if (queue.find('*') < queue.size() - 1) {
+    return "QUEUE " + quoted(queue) +
+           " may have '*' only at its end (a prefix), or be '*' for any queue";
+  }
+  return {};
+}
+
+std::optional<std::string> hash_passcode(std::string_view passcode) {
+  init_sodium();
+  std::array<char, crypto_pwhash_STRBYTES> out{};
+  if (crypto_pwhash_str_alg(out.data(), passcode.data(), passcode.size(), kHashOpsLimit,
+                            kHashMemLimitBytes, crypto_pwhash_ALG_ARGON2ID13) != 0) {
+    return std::nullopt;
+  }
+  return std::string(out.data());
+}
+
+UsersFile::LoadResult UsersFile::load(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return path + ": cannot open the users file: " + std::strerror(errno);
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return path + ": cannot read the users file: " + std::strerror(err);
+    }
+    if (n == 0) break;
+    text.append(buf, size_t(n));
+    if (text.size() > kUsersFileBytesMax) {
+      ::close(fd);
+      return path + ": the users file is larger than " + std::to_string(kUsersFileBytesMax >> 20) +
+             " MiB";
+    }
+  }
+  ::close(fd);
+  return parse(text, path);
+}
+
+UsersFile::LoadResult UsersFile::parse(std::string_view text, const std::string& path) {
+  if (text.size() > kUsersFileBytesMax) {
+    return path + ": the users file is larger than " + std::to_string(kUsersFileBytesMax >> 20) +
+           " MiB";
+  }
+  struct PendingAllow {
+    std::string_view name;
+    AllowRule rule;
+    size_t line;
+  };
+  auto file = std::shared_ptr<UsersFile>(new UsersFile());
+  std::unordered_map<std::string_view, size_t> user_line;
+  std::vector<PendingAllow> allows;
+  const std::vector<std::string_view> lines = split_lines(text);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const size_t n = i + 1;
+    const std::vector<std::string_view> tok = tokens_of(lines[i]);
+    if (tok.empty()) continue;
+    if (tok[0] == "user") {
+      if (tok.size() != 3) {
+        return error_at(path, n,
+                        "`user` takes a name and a hash (user NAME HASH), found " +
+                            std::to_string(tok.size() - 1) + " tokens after it");
+      }
+      if (std::string e = check_user_name(tok[1]); !e.empty()) return error_at(path, n, e);
+      if (std::string e = check_hash(tok[2]); !e.empty()) {
+        return error_at(path, n, "user " + quoted(tok[1]) + ": " + e);
+      }
+      if (auto [it, fresh] = user_line.emplace(tok[1], n); !fresh) {
+        return error_at(path, n,
+                        "duplicate user " + quoted(tok[1]) + " (first on line " +
+                            std::to_string(it->second) + ")");
+      }
+      if (user_line.size() > kUsersMax) {
+        return error_at(path, n, "more than " + std::to_string(kUsersMax) + " users");
+      }
+      file->users_.push_back(UserEntry{std::string(tok[1]), std::string(tok[2]), {}});
+    } else if (tok[0] == "allow") {
+      if (tok.size() != 4) {
+        return error_at(path, n,
+                        "`allow` takes a user, a vhost and a queue (allow NAME VHOST QUEUE), "
+                        "found " +
+                            std::to_string(tok.size() - 1) + " tokens after it");
+      }
+      if (std::string e = check_user_name(tok[1]); !e.empty()) return error_at(path, n, e);
+      if (std::string e = check_allow(tok[2], tok[3]); !e.empty()) return error_at(path, n, e);
+      allows.push_back(
+          PendingAllow{tok[1], AllowRule{std::string(tok[2]), std::string(tok[3])}, n});
+    } else {
+      return error_at(path, n,
+                      "unknown keyword " + quoted(tok[0]) +
+                          ": a line is `user NAME HASH`, `allow NAME VHOST QUEUE`, a # comment "
+                          "or blank");
+    }
+  }
+  std::sort(file->users_.begin(), file->users_.end(),
+            [](const UserEntry& a, const UserEntry& b) { return a.name < b.name; });
+  for (PendingAllow& a : allows) {
+    const UserEntry* found = file->find(a.name);
+    if (found == nullptr) {
+      return error_at(path, a.line,
+                      "allow for unknown user " + quoted(a.name) + " (no `user " +
+                          std::string(a.name) + " HASH` line in the file)");
+    }
+    UserEntry* u = &file->users_[size_t(found - file->users_.data())];
+    if (u->allows.size() == kAllowRulesPerUserMax) {
+      return error_at(path, a.line,
+                      "user " + quoted(a.name) + " has more than " +
+                          std::to_string(kAllowRulesPerUserMax) + " allow lines");
+    }
+    u->allows.push_back(std::move(a.rule));
+  }
+  return std::shared_ptr<const UsersFile>(std::move(file));
+}
+
+const UserEntry* UsersFile::find(std::string_view name) const {
+  auto it = std::lower_bound(users_.begin(), users_.end(), name,
+                             [](const UserEntry& u, std::string_view n) { return u.name < n; });
+  return it != users_.end() && it->name == name ? &*it : nullptr;
+}
+
+// --- Editing -------------------------------------------------------------------------------
+
+namespace {
+
+std::string check_entry(const UserEntry& e) {
+  if (std::string m = check_user_name(e.name); !m.empty()) return m;
+  if (std::string m = check_hash(e.hash); !m.empty()) return m;
+  if (e.allows.size() > kAllowRulesPerUserMax) {
+    return "at most " + std::to_string(kAllowRulesPerUserMax) + " allow rules per user";
+  }
+  for (const AllowRule& r : e.allows) {
+    if (std::string m = check_allow(r.vhost, r.queue); !m.empty()) return m;
+  }
+  return {};
+}
+
+std::string allow_line(const std::string& name, const AllowRule& r) {
+  return "allow " + name + " " + r.vhost + " " + r.queue + "\n";
+}
+
+// The file must be valid before an edit, so that the edit cannot hide or worsen a mistake.
+std::optional<UsersEditError> check_before(std::string_view text, const std::string& path,
+                                           std::shared_ptr<const UsersFile>* out) {
+  UsersFile::LoadResult r = UsersFile::parse(text, path);
+  if (auto* e = std::get_if<std::string>(&r)) {
+    return UsersEditError{*e + " (fix the file before editing it)"};
+  }
+  *out = std::get<std::shared_ptr<const UsersFile>>(std::move(r));
+  return std::nullopt;
+}
+
+UsersEditResult checked_after(std::string text, const std::string& path) {
+  UsersFile::LoadResult r = UsersFile::parse(text, path);
+  if (auto* e = std::get_if<std::string>(&r)) {
+    return UsersEditError{"the edited file would not be valid: " + *e};
+  }
+  return text;
+}
+
+std::string read_all(const std::string& path, bool missing_is_empty, std::string* text) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT && missing_is_empty) return {};
+    return "cannot open " + path + ": " + std::strerror(errno);
+  }
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return "cannot read " + path + ": " + std::strerror(err);
+    }
+    if (n == 0) break;
+    text->append(buf, size_t(n));
+    if (text->size() > kUsersFileBytesMax) {
+      ::close(fd);
+      return path + " is larger than " + std::to_string(kUsersFileBytesMax >> 20) + " MiB";
+    }
+  }
+  ::close(fd);
+  return {};
+}
+
+// Temp file in the same directory, 0600, fsync, rename over `path`, fsync of the directory: a
+// crash leaves the old file or the new one, never a mix.
+std::string write_atomically(const std::string& path, const std::string& text) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) return "cannot create a temp file next to " + path + ": " + std::strerror(errno);
+  auto fail = [&](const std::string& what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return what + " " + tmp + ": " + std::strerror(err);
+  };
+  if (::fchmod(fd, 0600) != 0) return fail("cannot chmod");
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail("cannot write");
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0) return fail("cannot fsync");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return "cannot close " + tmp + ": " + std::strerror(err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return "cannot rename " + tmp + " to " + path + ": " + std::strerror(err);
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || ::fsync(dfd) != 0) {
+    const int err = errno;
+    if (dfd >= 0) ::close(dfd);
+    return "wrote " + path + " but cannot fsync its directory " + dir + ": " + std::strerror(err);
+  }
+  ::close(dfd);
+  return {};
+}
+
+// Which user a `user` or `allow` line names; empty for other lines.
+std::string_view line_user(std::string_view line, bool* is_allow) {
+  const std::vector<std::string_view> tok = tokens_of(line);
+  if (tok.size() < 2 || (tok[0] != "user" && tok[0] != "allow")) return {};
+  *is_allow = tok[0] == "allow";
+  return tok[1];
+}
+
+}  // namespace
+
+UsersEditResult add_user_to_text(std::string_view text, const std::string& path,
+                                 const UserEntry& entry, bool replace) {
+  if (std::string m = check_entry(entry); !m.empty()) return UsersEditError{m};
+  std::shared_ptr<const UsersFile> before;
+  if (auto e = check_before(text, path, &before)) return *e;
+  const bool exists = before->find(entry.name) != nullptr;
+  if (exists && !replace) {
+    return UsersEditError{"user " + quoted(entry.name) + " already exists in " + path +
+                          " (--replace changes its passcode and, given --allow, its rules)"};
+  }
+  std::string out;
+  out.reserve(text.size() + 512);
+  std::string allows;
+  for (const AllowRule& r : entry.allows)
+    allows += allow_line(entry.name, r);
+  const std::string user_line = "user " + entry.name + " " + entry.hash + "\n";
+  if (!exists) {
+    out = text.empty() ? std::string(kNewFileHeader) : std::string(text);
+    if (!out.empty() && out.back() != '\n') out += '\n';
+    out += user_line + allows;
+    return checked_after(std::move(out), path);
+  }
+  for (std::string_view line : split_lines(text)) {
+    bool is_allow = false;
+    if (line_user(line, &is_allow) == entry.name) {
+      if (!is_allow) {
+        out += user_line + allows;
+        continue;
+      }
+      if (!entry.allows.empty()) continue;  // replaced by the new rules
+    }
+    out.append(line);
+    out += '\n';
+  }
+  return checked_after(std::move(out), path);
+}
+
+UsersEditResult remove_user_from_text(std::string_view text, const std::string& path,
+                                      std::string_view name) {
+  std::shared_ptr<const UsersFile> before;
+  if (auto e = check_before(text, path, &before)) return *e;
+  if (before->find(name) == nullptr) {
+    return UsersEditError{"no user " + quoted(name) + " in " + path};
+  }
+  std::string out;
+  out.reserve(text.size());
+  for (std::string_view line : split_lines(text)) {
+    bool is_allow = false;
+    if (line_user(line, &is_allow) == name) continue;
+    out.append(line);
+    out += '\n';
+  }
+  return checked_after(std::move(out), path);
+}
+
+std::string add_user_to_file(const std::string& path, const UserEntry& entry, bool replace) {
+  std::string text;
+  if (std::string e = read_all(path, true, &text); !e.empty()) return e;
+  UsersEditResult r = add_user_to_text(text, path, entry, replace);
+  if (auto* e = std::get_if<UsersEditError>(&r)) return e->message;
+  return write_atomically(path, std::get<std::string>(r));
+}
+
+std::string remove_user_from_file(const std::string& path, std::string_view name) {
+  std::string text;
+  if (std::string e = read_all(path, false, &text); !e.empty()) return e;
+  UsersEditResult r = remove_user_from_text(text, path, name);
+  if (auto* e = std::get_if<UsersEditError>(&r)) return e->message;
+  return write_atomically(path, std::get<std::string>(r));
+}
+
+// --- SpillAuth -----------------------------------------------------------------------------
+
+SpillAuth::SpillAuth(std::shared_ptr<const UsersFile> users, bool allow_anonymous) {
+  init_sodium();
+  reset(std::move(users), allow_anonymous);
+}
+
+void SpillAuth::reset(std::shared_ptr<const UsersFile> users, bool allow_anonymous) {
+  users_ = std::move(users);
+  mode_ = users_            ? SpillAuthMode::kUsersFile
+          : allow_anonymous ? SpillAuthMode::kAnonymous
+                            : SpillAuthMode::kRefuseAll;
+  cache_.fill(CacheEntry{});
+  if (mode_ == SpillAuthMode::kUsersFile) {
+    // Both are made once per process; not on a session's path.
+    (void)digest_key();
+    (void)decoy_hash();
+  }
+}
+
+bool SpillAuth::authenticate(std::optional<std::string_view> login,
+                             std::optional<std::string_view> passcode) {
+  if (mode_ == SpillAuthMode::kAnonymous) return true;
+  if (mode_ == SpillAuthMode::kRefuseAll || !login || !passcode || passcode->empty()) {
+    ++stats_.refused;
+    return false;
+  }
+  const UserEntry* user = users_->find(*login);
+  if (user == nullptr) {
+    ++stats_.verifications;
+    const int decoy =
+        crypto_pwhash_str_verify(decoy_hash().c_str(), passcode->data(), passcode->size());
+    static_cast<void>(decoy);  // refused whatever it says
+    ++stats_.refused;
+    return false;
+  }
+  const auto index = uint32_t(user - users_->users().data());
+  Digest digest;
+  const auto& key = digest_key();
+  crypto_generichash(digest.data(), digest.size(),
+                     reinterpret_cast<const unsigned char*>(passcode->data()), passcode->size(),
+                     key.data(), key.size());
+  const uint32_t mix = (uint32_t(digest[0]) | uint32_t(digest[1]) << 8) ^ (index * 2654435761u);
+  CacheEntry& slot = cache_[mix % kCacheEntries];
+  if (slot.used && slot.user == index &&
+      sodium_memcmp(slot.digest.data(), digest.data(), digest.size()) == 0) {
+    ++stats_.cache_hits;
+    return true;
+  }
+  ++stats_.verifications;
+  if (crypto_pwhash_str_verify(user->hash.c_str(), passcode->data(), passcode->size()) != 0) {
+    ++stats_.refused;
+    return false;
+  }
+  slot.used = true;
+  slot.user = index;
+  slot.digest = digest;
+  return true;
+}
+
+bool SpillAuth::authorize(std::string_view login, const session::QueueKey& key) {
+  if (mode_ == SpillAuthMode::kAnonymous) return true;
+  if (mode_ == SpillAuthMode::kUsersFile) {
+    if (const UserEntry* user = users_->find(login)) {
+      for (const AllowRule& r : user->allows) {
+        if (allow_matches(r, key)) return true;
+      }
+    }
+  }
+  ++stats_.denied;
+  return false;
+}
+
+}  // namespace sluice::gateway

@@ -1,0 +1,164 @@
+// Authentication and per-queue ACL of spill sessions: the users file, its editor (sluicectl user)
+// and SpillAuth, the SpillHooks each worker gives its spill sessions.
+//
+// The users file (gateway/README.md "Spill users file"), one entry per line, tokens separated by
+// spaces or tabs; a line whose first non-blank byte is '#' and a blank line are ignored:
+//
+//   user NAME HASH          HASH: a libsodium crypto_pwhash_str argon2id string ($argon2id$...)
+//   allow NAME VHOST QUEUE  VHOST: exact, or '*' for any; QUEUE: exact, a prefix ending in '*',
+//                           or '*' for any
+//
+// NAME is [A-Za-z0-9._@-]{1,255}. A user without an `allow` line may log in but may send to no
+// queue (default deny). For a destination outside the owned prefixes (default route) QUEUE is
+// matched against the whole destination. `allow` lines may come before or after their `user`
+// line. An unknown keyword, a wrong token count, a bad name or hash, a duplicate user, an
+// `allow` for a user the file does not define are errors "PATH:LINE: what is wrong".
+//
+// Hashes written by `sluicectl user add` are argon2id with kHashOpsLimit passes over
+// kHashMemLimitBytes. Measured on the 2-core development machine (libsodium 1.0.18): one verify
+// costs ~5.8 ms at t=2/8 MiB (16 MiB: ~14 ms; libsodium's INTERACTIVE 64 MiB: ~70 ms). Verifying
+// runs on the worker thread, stalling its other sessions for that long, so the memory cost is
+// lowered from INTERACTIVE's 64 MiB: a stolen users file is cheaper to attack offline (8 MiB per
+// guess instead of 64), which is the price of a worker stall under 10 ms. Successful
+// verifications are cached (SpillAuth::kCacheEntries) so reconnects cost a keyed BLAKE2b only.
+// Hashes with a higher cost than kHashCostMaxKib are refused when the file is read, so that no
+// line of it can stall a worker for long.
+#pragma once
+
+#include <sodium.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "dataplane/session/spill_session.h"
+
+namespace sluice::gateway {
+
+// argon2id parameters of the hashes sluicectl writes (see the top of this file).
+inline constexpr unsigned long long kHashOpsLimit = crypto_pwhash_OPSLIMIT_INTERACTIVE;  // 2
+inline constexpr size_t kHashMemLimitBytes = size_t(8) << 20;                            // 8 MiB
+// Largest cost a hash in the file may have: memory (KiB) x passes; 4x the default (~25 ms here).
+inline constexpr uint64_t kHashCostMaxKib = 4 * (kHashMemLimitBytes >> 10) * kHashOpsLimit;
+
+// Limits of the users file.
+inline constexpr size_t kUsersFileBytesMax = size_t(16) << 20;
+inline constexpr size_t kUsersMax = 100'000;
+inline constexpr size_t kAllowRulesPerUserMax = 1024;  // authorize() walks them all
+inline constexpr size_t kUserNameBytesMax = 255;
+
+// One `allow` line. `queue` "*" is any queue; "x*" any queue starting with "x"; vhost "*" any.
+struct AllowRule {
+  std::string vhost;
+  std::string queue;
+};
+bool allow_matches(const AllowRule& rule, const session::QueueKey& key);
+
+struct UserEntry {
+  std::string name;
+  std::string hash;  // crypto_pwhash_str output; never a passcode
+  std::vector<AllowRule> allows;
+};
+
+// The users file, read and checked; immutable, shared by every worker's SpillAuth.
+class UsersFile {
+ public:
+  using LoadResult = std::variant<std::shared_ptr<const UsersFile>, std::string>;
+  // The error string is "PATH:LINE: what is wrong" (or "PATH: ..." for a file that cannot be read).
+  static LoadResult load(const std::string& path);
+  static LoadResult parse(std::string_view text, const std::string& path_for_messages);
+
+  // Sorted by name.
+  std::span<const UserEntry> users() const { return users_; }
+  // nullptr when there is no such user. Does not allocate.
+  const UserEntry* find(std::string_view name) const;
+
+ private:
+  std::vector<UserEntry> users_;
+};
+
+// Checks used by the parser and by sluicectl; each returns what is wrong, or empty.
+std::string check_user_name(std::string_view name);
+std::string check_hash(std::string_view hash);
+std::string check_allow(std::string_view vhost, std::string_view queue);
+
+// An argon2id hash of `passcode` with kHashOpsLimit and kHashMemLimitBytes; nullopt when
+// libsodium cannot allocate the memory.
+std::optional<std::string> hash_passcode(std::string_view passcode);
+
+// Editing the users file for `sluicectl user`. The text is checked before and after the edit;
+// comments and every other line are kept as they are.
+struct UsersEditError {
+  std::string message;
+};
+using UsersEditResult = std::variant<std::string, UsersEditError>;  // the new text
+// Adds `entry` at the end. A user already there is an error unless `replace`: then its `user`
+// line is rewritten in place, and its `allow` lines are replaced by entry.allows when that is
+// non-empty (kept otherwise, so that a passcode change keeps the ACL).
+UsersEditResult add_user_to_text(std::string_view text, const std::string& path,
+                                 const UserEntry& entry, bool replace);
+// Removes the user's `user` line and all its `allow` lines; an unknown user is an error.
+UsersEditResult remove_user_from_text(std::string_view text, const std::string& path,
+                                      std::string_view name);
+// The same on the file: read (a missing file is empty for add), edit, then written atomically
+// (a temp file in the same directory, fsync, rename, fsync of the directory) with mode 0600.
+// Empty on success, else what is wrong.
+std::string add_user_to_file(const std::string& path, const UserEntry& entry, bool replace);
+std::string remove_user_from_file(const std::string& path, std::string_view name);
+
+enum class SpillAuthMode : uint8_t {
+  kUsersFile,  // credentials and ACL from the users file
+  kAnonymous,  // no users file and spill.allow_anonymous: everyone, every queue
+  kRefuseAll,  // no users file: every spill session is refused
+};
+
+struct SpillAuthStats {
+  uint64_t verifications = 0;  // argon2id verifications run (the slow path)
+  uint64_t cache_hits = 0;     // logins accepted from the cache
+  uint64_t refused = 0;        // authenticate() answered false
+  uint64_t denied = 0;         // authorize() answered false
+};
+
+// The SpillHooks of one worker thread: one instance per worker, all sharing one UsersFile. Not
+// thread-safe. authenticate() and authorize() do not allocate, except inside libsodium's argon2id
+// verification on a cache miss (kHashMemLimitBytes for the hashes sluicectl writes).
+class SpillAuth final : public session::SpillHooks {
+ public:
+  static constexpr size_t kCacheEntries = 256;
+
+  // `users` set: kUsersFile (allow_anonymous is then ignored; the config refuses both). Else
+  // kAnonymous when allow_anonymous, kRefuseAll otherwise.
+  SpillAuth(std::shared_ptr<const UsersFile> users, bool allow_anonymous);
+
+  bool authenticate(std::optional<std::string_view> login,
+                    std::optional<std::string_view> passcode) override;
+  bool authorize(std::string_view login, const session::QueueKey& key) override;
+
+  // A reloaded users file (same mode rules); empties the cache. On the worker thread.
+  void reset(std::shared_ptr<const UsersFile> users, bool allow_anonymous);
+
+  SpillAuthMode mode() const { return mode_; }
+  const SpillAuthStats& stats() const { return stats_; }
+
+ private:
+  using Digest = std::array<unsigned char, crypto_generichash_BYTES>;
+  // A successful login: the user (index in the file) and a keyed BLAKE2b of the passcode.
+  struct CacheEntry {
+    uint32_t user = 0;
+    bool used = false;
+    Digest digest{};
+  };
+
+  std::shared_ptr<const UsersFile> users_;
+  SpillAuthMode mode_ = SpillAuthMode::kRefuseAll;
+  SpillAuthStats stats_;
+  std::array<CacheEntry, kCacheEntries> cache_{};
+};
+
+}  // namespace sluice::gateway
