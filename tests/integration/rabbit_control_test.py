@@ -75,6 +75,12 @@ def port_answers(port):
         return False
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wait_for(what, pred, limit_s):
     end = time.monotonic() + limit_s
     while True:
@@ -132,6 +138,8 @@ state_dir = "{work}/state"
 [admin]
 socket = "{sock}"
 log_level = "debug"
+[listen]
+address = "127.0.0.1:{listen_port}"
 [health]
 probe = "stomp"
 interval_ms = {interval}
@@ -155,7 +163,7 @@ login = "{login}"
 passcode_file = "{passcode}"
 interval_ms = {feed_interval}
 timeout_ms = 400
-""".format(work=work, sock=sock, interval=INTERVAL_MS, timeout=TIMEOUT_MS, rise=RISE,
+""".format(work=work, sock=sock, listen_port=free_port(), interval=INTERVAL_MS, timeout=TIMEOUT_MS, rise=RISE,
            fall=FALL, login=cluster.login, passcode=cluster.passcode_file,
            stomp1=nodes[0]["stomp_port"], stomp2=nodes[1]["stomp_port"],
            name1=nodes[0]["name"], name2=nodes[1]["name"], url1=cluster.mgmt_url(0),
