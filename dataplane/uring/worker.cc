@@ -536,10 +536,14 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
       break;
     case Op::kPollIn:
     case Op::kPollIn1:
-      splice_in(slot, int(op) - int(Op::kPollIn));
+      if (res < 0) begin_close(slot, true);  // else the linked splice in follows
       break;
     case Op::kPollOut:
     case Op::kPollOut1:
+      if (res < 0) {
+        begin_close(slot, true);
+        break;
+      }
       splice_out(slot, int(op) - int(Op::kPollOut));
       break;
     case Op::kSpliceIn:

@@ -54,6 +54,12 @@ void Worker::arm_poll(uint32_t slot, int d, bool out) {
   io_uring_prep_poll_add(e, fd, out ? POLLOUT : POLLIN);
   io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(out ? Op::kPollOut : Op::kPollIn) + d)));
   ++s.inflight;
+  if (!out) {
+    // Readable -> splice in, as one linked submission: the poll completes in the ring's own
+    // task work and the splice follows without another trip through the loop.
+    e->flags |= IOSQE_IO_LINK;
+    splice_in(slot, d);
+  }
 }
 
 void Worker::splice_in(uint32_t slot, int d) {
@@ -96,7 +102,8 @@ void Worker::on_splice_in(uint32_t slot, int d, int res) {
     finish_dir(slot, d);
     return;
   }
-  if (res == -EAGAIN || res == -EINTR) {
+  if (res == -EAGAIN || res == -EINTR || res == -ECANCELED) {
+    // Not readable after all, or the poll before it failed (the link was cut): poll again.
     arm_poll(slot, d, false);
     return;
   }
@@ -111,12 +118,7 @@ void Worker::on_splice_out(uint32_t slot, int d, int res) {
   if (res > 0) {
     SLUICE_ASSERT(uint32_t(res) <= dir.in_pipe);
     dir.in_pipe -= uint32_t(res);
-    if (dir.in_pipe > 0) {
-      arm_poll(slot, d, true);
-    } else {
-      // More is likely waiting behind a full read: try at once, poll only when it says so.
-      splice_in(slot, d);
-    }
+    arm_poll(slot, d, dir.in_pipe > 0);
     return;
   }
   if (res == -EAGAIN || res == -EINTR || res == 0) {
