@@ -3,6 +3,7 @@
 // with tombstones.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -1,0 +1,1052 @@
+// The io_uring engine end to end on loopback: a real client socket, the engine's worker, and a
+// fake owner the test drives (replay, stripped CONNECTED, splice both ways, half-close, reset,
+// owner ERROR and silence), spill sessions against a fake sink whose durability the test
+// controls, limits, stop and the sessions view. Every wait is bounded; no timing is asserted
+// except where the behaviour is a timeout.
+#include "dataplane/uring/engine.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/unit/stomp_frames.h"
+
+namespace sluice::uring {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using session::testing::frame;
+
+// Generous bound for anything that should happen "at once".
+constexpr std::chrono::milliseconds kWait = 5s;
+
+// Polls cond() every millisecond until it holds or `limit` passes; returns cond().
+template <class Cond>
+bool wait_until(std::chrono::milliseconds limit, Cond cond) {
+  const auto deadline = Clock::now() + limit;
+  while (!cond() && Clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  return cond();
+}
+
+int ms_left(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return int(std::max<int64_t>(0, left.count()));
+}
+
+sockaddr_in loopback(uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  return a;
+}
+
+// One end of a TCP connection with bounded reads and writes. Bytes read are kept in buffer()
+// until taken, so frames and raw bytes can be read in any mix.
+class Conn {
+ public:
+  enum class End : uint8_t { kOpen, kEof, kReset, kTimeout };
+
+  Conn() = default;
+  explicit Conn(int fd) : fd_(fd) {}
+  ~Conn() { close(); }
+  Conn(Conn&& o) noexcept : fd_(std::exchange(o.fd_, -1)), buf_(std::move(o.buf_)) {}
+  Conn& operator=(Conn&& o) noexcept {
+    close();
+    fd_ = std::exchange(o.fd_, -1);
+    buf_ = std::move(o.buf_);
+    return *this;
+  }
+
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  bool send_all(std::string_view bytes, std::chrono::milliseconds limit = kWait) {
+    const auto deadline = Clock::now() + limit;
+    size_t off = 0;
+    while (off < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        off += size_t(n);
+        continue;
+      }
+      if (n < 0 && errno != EAGAIN && errno != EINTR) return false;
+      pollfd p{fd_, POLLOUT, 0};
+      if (Clock::now() >= deadline) return false;
+      ::poll(&p, 1, std::min(ms_left(deadline), 50));
+    }
+    return true;
+  }
+
+  // One read (waiting up to `limit`): kOpen when bytes were added to the buffer.
+  End read_some(std::chrono::milliseconds limit) {
+    pollfd p{fd_, POLLIN, 0};
+    int r = ::poll(&p, 1, int(limit.count()));
+    if (r <= 0) return End::kTimeout;
+    char tmp[64 << 10];
+    ssize_t n = ::recv(fd_, tmp, sizeof tmp, MSG_DONTWAIT);
+    if (n > 0) {
+      buf_.append(tmp, size_t(n));
+      return End::kOpen;
+    }
+    if (n == 0) return End::kEof;
+    if (errno == EAGAIN || errno == EINTR) return End::kOpen;
+    last_errno_ = errno;
+    return End::kReset;
+  }
+
+  // Exactly `n` bytes (from the buffer first), or nothing when EOF, a reset or `limit` came first.
+  std::optional<std::string> read_exact(size_t n, std::chrono::milliseconds limit = kWait) {
+    const auto deadline = Clock::now() + limit;
+    while (buf_.size() < n) {
+      if (Clock::now() >= deadline) return std::nullopt;
+      End e = read_some(std::chrono::milliseconds(std::min(ms_left(deadline), 100)));
+      if (e == End::kEof || e == End::kReset) return std::nullopt;
+    }
+    std::string out = buf_.substr(0, n);
+    buf_.erase(0, n);
+    return out;
+  }
+
+  // One frame up to and including its NUL (the frames read here carry no NUL in their body).
+  std::optional<std::string> read_frame(std::chrono::milliseconds limit = kWait) {
+    const auto deadline = Clock::now() + limit;
+    while (true) {
+      size_t nul = buf_.find('\0');
+      if (nul != std::string::npos) {
+        std::string out = buf_.substr(0, nul + 1);
+        buf_.erase(0, nul + 1);
+        return out;
+      }
+      if (Clock::now() >= deadline) return std::nullopt;
+      End e = read_some(std::chrono::milliseconds(std::min(ms_left(deadline), 100)));
+      if (e == End::kEof || e == End::kReset) return std::nullopt;
+    }
+  }
+
+  // Reads (keeping what comes) until EOF or a reset; kTimeout when `limit` passed first.
+  End wait_end(std::chrono::milliseconds limit = kWait) {
+    const auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+      End e = read_some(std::chrono::milliseconds(std::min(ms_left(deadline), 100)));
+      if (e == End::kEof || e == End::kReset) return e;
+    }
+    return End::kTimeout;
+  }
+
+  // True when no byte and no EOF arrived within `period`.
+  bool quiet_for(std::chrono::milliseconds period) {
+    const size_t before = buf_.size();
+    const auto deadline = Clock::now() + period;
+    while (Clock::now() < deadline) {
+      End e = read_some(std::chrono::milliseconds(std::max(1, ms_left(deadline))));
+      if (e == End::kEof || e == End::kReset) return false;
+    }
+    return buf_.size() == before;
+  }
+
+  std::string& buffer() { return buf_; }
+  int last_errno() const { return last_errno_; }
+
+ private:
+  int fd_ = -1;
+  std::string buf_;
+  int last_errno_ = 0;
+};
+
+Conn connect_to(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = loopback(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return Conn();
+  }
+  return Conn(fd);
+}
+
+// The queue's owner: a loopback listener the test accepts from, then drives the connection.
+class FakeOwner {
+ public:
+  FakeOwner() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a = loopback(0);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+  }
+  ~FakeOwner() { ::close(fd_); }
+  FakeOwner(const FakeOwner&) = delete;
+  FakeOwner& operator=(const FakeOwner&) = delete;
+
+  sockaddr_in addr() const { return loopback(port_); }
+  std::optional<Conn> accept(std::chrono::milliseconds limit = kWait) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, int(limit.count())) <= 0) return std::nullopt;
+    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) return std::nullopt;
+    return Conn(c);
+  }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+// A port where nothing listens: bound (so nobody else takes it) but not listening, so a connect
+// is refused.
+class ClosedPort {
+ public:
+  ClosedPort() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a = loopback(0);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~ClosedPort() { ::close(fd_); }
+  sockaddr_in addr() const { return loopback(port_); }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+constexpr uint32_t kOwnerNode = 7;
+
+class FakeRouter final : public Router {
+ public:
+  void set_direct(sockaddr_in addr) {
+    std::lock_guard<std::mutex> l(mu_);
+    decision_ = RouteDecision{RouteDecision::Kind::kDirect, kOwnerNode, addr, {}};
+  }
+  void set_spill() {
+    std::lock_guard<std::mutex> l(mu_);
+    decision_ = RouteDecision{RouteDecision::Kind::kSpill, UINT32_MAX, {}, {}};
+  }
+  void set_refuse() {
+    std::lock_guard<std::mutex> l(mu_);
+    decision_ = RouteDecision{RouteDecision::Kind::kRefuse, UINT32_MAX, {}, "no node for queue"};
+  }
+  void set_owner_up(bool up) { owner_up_.store(up); }
+  std::vector<uint32_t> failed() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return failed_;
+  }
+  std::vector<std::pair<std::string, std::string>> routed() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return routed_;
+  }
+
+  void poll() override {}
+  RouteDecision route(const session::QueueKey& key, uint64_t) override {
+    std::lock_guard<std::mutex> l(mu_);
+    routed_.emplace_back(std::string(key.vhost), std::string(key.queue));
+    return decision_;
+  }
+  bool owner_up(const session::QueueKey&) override { return owner_up_.load(); }
+  void connect_failed(uint32_t node) override {
+    std::lock_guard<std::mutex> l(mu_);
+    failed_.push_back(node);
+  }
+  std::string_view node_name(uint32_t node) const override {
+    return node == kOwnerNode ? "owner-a" : "unknown";
+  }
+
+ private:
+  mutable std::mutex mu_;
+  RouteDecision decision_;
+  std::vector<uint32_t> failed_;
+  std::vector<std::pair<std::string, std::string>> routed_;
+  std::atomic<bool> owner_up_{false};
+};
+
+// The spill log's producer end: durable at once by default; hold() keeps completions back until
+// release(), to check that no RECEIPT goes out before durability.
+class FakeSink final : public SpillSink {
+ public:
+  struct Record {
+    std::string vhost;
+    std::string queue;
+    std::string headers;
+    std::string body;
+  };
+
+  FakeSink() : efd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  ~FakeSink() override { ::close(efd_); }
+
+  void hold() {
+    std::lock_guard<std::mutex> l(mu_);
+    holding_ = true;
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(mu_);
+    holding_ = false;
+    if (armed_ && !queued_.empty()) {
+      uint64_t one = 1;
+      (void)!::write(efd_, &one, sizeof one);
+      armed_ = false;
+    }
+  }
+  std::vector<Record> records() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return records_;
+  }
+
+  Result append(uint64_t token, std::string_view vhost, std::string_view queue,
+                std::string_view headers, std::string_view body, std::string_view*) override {
+    std::lock_guard<std::mutex> l(mu_);
+    records_.push_back(
+        Record{std::string(vhost), std::string(queue), std::string(headers), std::string(body)});
+    queued_.push_back(Done{token, true, {}});
+    return Result::kQueued;
+  }
+  size_t poll(std::span<Done> out) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (holding_) return 0;
+    const size_t n = std::min(out.size(), queued_.size());
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = queued_.front();
+      queued_.pop_front();
+    }
+    return n;
+  }
+  uint64_t in_flight() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return queued_.size();
+  }
+  bool arm_notify() override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!holding_ && !queued_.empty()) return false;
+    armed_ = true;
+    return true;
+  }
+  int notify_fd() const override { return efd_; }
+
+ private:
+  mutable std::mutex mu_;
+  int efd_ = -1;
+  bool holding_ = false;
+  bool armed_ = false;
+  std::deque<Done> queued_;
+  std::vector<Record> records_;
+};
+
+class FakeHooks final : public session::SpillHooks {
+ public:
+  bool authenticate(std::optional<std::string_view>, std::optional<std::string_view>) override {
+    return authenticate_ok.load();
+  }
+  bool authorize(std::string_view, const session::QueueKey&) override {
+    return authorize_ok.load();
+  }
+  std::atomic<bool> authenticate_ok{true};
+  std::atomic<bool> authorize_ok{true};
+};
+
+// A frame's command and headers (no unescaping: the tests use plain values).
+std::string command_of(std::string_view f) {
+  return std::string(f.substr(0, f.find('\n')));
+}
+std::optional<std::string> header_of(std::string_view f, std::string_view name) {
+  size_t pos = f.find('\n');
+  while (pos != std::string_view::npos && pos + 1 < f.size()) {
+    const size_t begin = pos + 1;
+    const size_t end = f.find('\n', begin);
+    if (end == std::string_view::npos || end == begin) break;
+    std::string_view line = f.substr(begin, end - begin);
+    if (line.substr(0, line.find(':')) == name) {
+      return std::string(line.substr(line.find(':') + 1));
+    }
+    pos = end;
+  }
+  return std::nullopt;
+}
+
+const std::string kConnect =
+    frame("CONNECT", {{"accept-version", "1.0,1.1,1.2"}, {"host", "/"}, {"heart-beat", "10000,10000"}});
+// What the owner must receive for kConnect: heart-beat forced to 0,0, the version narrowed.
+const std::string kReplayedConnect =
+    frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "0,0"}});
+const std::string kSend =
+    frame("SEND", {{"destination", "/queue/q1"}, {"receipt", "r1"}, {"content-length", "5"}}, "hello");
+const std::string kSubscribe =
+    frame("SUBSCRIBE", {{"destination", "/queue/q1"}, {"id", "0"}, {"ack", "client"}});
+const std::string kOwnerConnected =
+    frame("CONNECTED", {{"version", "1.2"}, {"server", "owner/1"}, {"heart-beat", "0,0"}});
+const std::string kReceipt = frame("RECEIPT", {{"receipt-id", "r1"}});
+
+class UringEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.listen_host = "127.0.0.1";
+    options_.listen_port = 0;
+    options_.workers = 1;
+    options_.sessions_max = 64;
+    options_.prelude_sessions_max = 64;
+    options_.spill_sessions_max = 8;
+    options_.recv_buffers = 64;
+    options_.ring_entries = 256;
+    options_.connect_timeout_ms = 2'000;
+  }
+
+  // Opens and starts the engine with the fixture's options, config and fakes.
+  void start_engine() {
+    std::string error;
+    std::vector<WorkerParts> parts{WorkerParts{&router_, &sink_, &hooks_}};
+    LogFn log = [this](LogLevel, std::string_view event, std::span<const LogField> fields) {
+      std::string line(event);
+      for (const auto& [k, v] : fields)
+        line += " " + std::string(k) + "=" + std::string(v);
+      std::lock_guard<std::mutex> l(log_mu_);
+      log_.push_back(std::move(line));
+    };
+    engine_ = Engine::open(options_, config_, std::move(parts), std::move(log), &error);
+    if (!engine_ && error.find("io_uring") != std::string::npos) {
+      GTEST_SKIP() << "SKIPPED: io_uring is unavailable on this host: " << error;
+    }
+    ASSERT_TRUE(engine_) << error;
+    ASSERT_NE(engine_->port(), 0);
+    engine_->start();
+  }
+
+  void TearDown() override {
+    if (engine_) engine_->stop(0);
+    std::lock_guard<std::mutex> l(log_mu_);
+    for (const auto& line : log_)
+      std::printf("engine log: %s\n", line.c_str());
+  }
+
+  const WorkerCounters& counters() const { return engine_->counters(0); }
+  uint64_t active() const { return counters().active.load(); }
+  Conn client() {
+    Conn c = connect_to(engine_->port());
+    EXPECT_TRUE(c.valid()) << "connect to the engine failed";
+    return c;
+  }
+
+  // CONNECT from a new client, and the gateway's own CONNECTED back.
+  void connect_client(Conn* c, const std::string& connect = kConnect) {
+    *c = client();
+    ASSERT_TRUE(c->send_all(connect));
+    std::optional<std::string> connected = c->read_frame();
+    ASSERT_TRUE(connected) << "no CONNECTED from the gateway";
+    ASSERT_EQ(command_of(*connected), "CONNECTED") << *connected;
+  }
+
+  // Client CONNECT + SEND (receipt r1) through the gateway to the owner, which answers CONNECTED
+  // (stripped) and the RECEIPT, which the client receives. The session is spliced afterwards.
+  void splice(Conn* c, Conn* o) {
+    router_.set_direct(owner_.addr());
+    ASSERT_NO_FATAL_FAILURE(connect_client(c));
+    ASSERT_TRUE(c->send_all(kSend));
+    std::optional<Conn> accepted = owner_.accept();
+    ASSERT_TRUE(accepted) << "the gateway did not connect to the owner";
+    *o = std::move(*accepted);
+    std::optional<std::string> replay = o->read_exact(kReplayedConnect.size() + kSend.size());
+    ASSERT_TRUE(replay) << "owner got: " << o->buffer();
+    ASSERT_EQ(*replay, kReplayedConnect + kSend);
+    ASSERT_TRUE(o->send_all(kOwnerConnected));
+    ASSERT_TRUE(wait_until(kWait, [&] { return counters().splicing.load() == 1; }));
+    ASSERT_TRUE(o->send_all(kReceipt));
+    std::optional<std::string> receipt = c->read_frame();
+    ASSERT_TRUE(receipt) << "client got: " << c->buffer();
+    ASSERT_EQ(*receipt, kReceipt);
+  }
+
+  session::SessionConfig config_;
+  EngineOptions options_;
+  FakeRouter router_;
+  FakeSink sink_;
+  FakeHooks hooks_;
+  FakeOwner owner_;
+  std::mutex log_mu_;
+  std::vector<std::string> log_;
+  std::unique_ptr<Engine> engine_;  // last: stopped before the fakes go
+};
+
+// --- Splice ---------------------------------------------------------------------------------
+
+TEST_F(UringEngineTest, SpliceReplaysConnectStripsOwnerConnectedAndRelaysReceipt) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  Conn c = client();
+  ASSERT_TRUE(c.send_all(kConnect));
+  std::optional<std::string> connected = c.read_frame();
+  ASSERT_TRUE(connected);
+  EXPECT_EQ(command_of(*connected), "CONNECTED");
+  EXPECT_EQ(header_of(*connected, "version"), "1.2");
+  EXPECT_EQ(header_of(*connected, "heart-beat"), "0,0");
+  ASSERT_TRUE(header_of(*connected, "server"));
+  EXPECT_EQ(header_of(*connected, "server")->rfind("sluice/", 0), 0u) << *connected;
+
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o) << "the gateway did not connect to the owner";
+  std::optional<std::string> replay = o->read_exact(kReplayedConnect.size() + kSend.size());
+  ASSERT_TRUE(replay) << "owner got: " << o->buffer();
+  EXPECT_EQ(*replay, kReplayedConnect + kSend);
+  ASSERT_EQ(router_.routed().size(), 1u);
+  EXPECT_EQ(router_.routed()[0], (std::pair<std::string, std::string>{"/", "q1"}));
+
+  // CONNECTED alone, then (once spliced) the RECEIPT: the client sees only the RECEIPT.
+  ASSERT_TRUE(o->send_all(kOwnerConnected));
+  ASSERT_TRUE(wait_until(kWait, [&] { return counters().splicing.load() == 1; }));
+  ASSERT_TRUE(o->send_all(kReceipt));
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  EXPECT_TRUE(c.quiet_for(50ms)) << "unexpected bytes: " << c.buffer();
+  EXPECT_EQ(counters().spliced.load(), 1u);
+  EXPECT_EQ(counters().owner_error.load(), 0u);
+  EXPECT_TRUE(router_.failed().empty());
+  EXPECT_TRUE(sink_.records().empty());
+}
+
+TEST_F(UringEngineTest, SpliceRelaysEightMebibytesExactlyBothWays) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+
+  constexpr size_t kBulk = 8u << 20;
+  std::string data(kBulk, '\0');
+  std::mt19937_64 rng(42);
+  for (size_t i = 0; i < kBulk; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&data[i], &v, 8);
+  }
+  // The owner echoes what it reads; the client writes from one thread and reads here.
+  std::string owner_got;
+  std::atomic<bool> echo_ok{true};
+  std::thread echo([&] {
+    const auto deadline = Clock::now() + 30s;
+    while (owner_got.size() < kBulk && Clock::now() < deadline) {
+      const size_t before = o.buffer().size();
+      Conn::End e = o.read_some(100ms);
+      if (e == Conn::End::kEof || e == Conn::End::kReset) break;
+      if (o.buffer().size() > before) {
+        owner_got += o.buffer();
+        std::string chunk;
+        chunk.swap(o.buffer());
+        if (!o.send_all(chunk, 30s)) {
+          echo_ok = false;
+          break;
+        }
+      }
+    }
+  });
+  std::atomic<bool> sent_ok{false};
+  std::thread writer([&] { sent_ok = c.send_all(data, 30s); });
+  std::optional<std::string> back = c.read_exact(kBulk, 40s);
+  writer.join();
+  echo.join();
+  EXPECT_TRUE(sent_ok.load());
+  EXPECT_TRUE(echo_ok.load());
+  ASSERT_EQ(owner_got.size(), kBulk);
+  EXPECT_TRUE(owner_got == data) << "client -> owner bytes differ";
+  ASSERT_TRUE(back) << "client got " << c.buffer().size() << " of " << kBulk << " bytes back";
+  EXPECT_TRUE(*back == data) << "owner -> client bytes differ";
+  // Spliced bytes only: the replay went before the splice, the RECEIPT through it.
+  EXPECT_EQ(counters().bytes_in.load(), kBulk);
+  EXPECT_EQ(counters().bytes_out.load(), kBulk + kReceipt.size());
+}
+
+TEST_F(UringEngineTest, BytesPipelinedBehindTheSendReachTheOwnerInOrder) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  // CONNECT, SEND and 1 MiB more in one go, before the gateway has even answered: part lands in
+  // the prelude buffer, part is left in the socket for the splice.
+  std::string tail(1u << 20, '\0');
+  std::mt19937_64 rng(7);
+  for (char& ch : tail)
+    ch = char(rng());
+  Conn c = client();
+  std::atomic<bool> sent_ok{false};
+  std::thread writer([&] { sent_ok = c.send_all(kConnect + kSend + tail, 20s); });
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  // The owner answers the CONNECT (the rest streams once it has: the splice starts then).
+  std::optional<std::string> head = o->read_exact(kReplayedConnect.size() + kSend.size());
+  ASSERT_TRUE(head);
+  ASSERT_TRUE(o->send_all(kOwnerConnected));
+  std::optional<std::string> got = o->read_exact(tail.size(), 20s);
+  writer.join();
+  EXPECT_TRUE(sent_ok.load());
+  EXPECT_EQ(*head, kReplayedConnect + kSend);
+  ASSERT_TRUE(got) << "owner got " << o->buffer().size() << " bytes of the tail";
+  EXPECT_TRUE(*got == tail) << "the bytes after the SEND differ";
+  std::optional<std::string> connected = c.read_frame();
+  ASSERT_TRUE(connected);
+  EXPECT_EQ(command_of(*connected), "CONNECTED");
+  EXPECT_EQ(header_of(*connected, "server")->rfind("sluice/", 0), 0u);
+}
+
+TEST_F(UringEngineTest, OwnerBytesThatCameWithConnectedReachTheClient) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSubscribe));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  std::optional<std::string> replay = o->read_exact(kReplayedConnect.size() + kSubscribe.size());
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(*replay, kReplayedConnect + kSubscribe);
+  const std::string message = frame("MESSAGE",
+                                    {{"destination", "/queue/q1"},
+                                     {"message-id", "m1"},
+                                     {"subscription", "0"},
+                                     {"content-length", "3"}},
+                                    "abc");
+  ASSERT_TRUE(o->send_all(kOwnerConnected + message));
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(*got, message);
+  // The splice runs afterwards, both ways.
+  const std::string ack = frame("ACK", {{"id", "m1"}});
+  ASSERT_TRUE(c.send_all(ack));
+  std::optional<std::string> ack_got = o->read_exact(ack.size());
+  ASSERT_TRUE(ack_got);
+  EXPECT_EQ(*ack_got, ack);
+  const std::string second = frame("MESSAGE", {{"destination", "/queue/q1"}, {"message-id", "m2"}});
+  ASSERT_TRUE(o->send_all(second));
+  std::optional<std::string> got2 = c.read_frame();
+  ASSERT_TRUE(got2);
+  EXPECT_EQ(*got2, second);
+}
+
+TEST_F(UringEngineTest, HalfCloseFromClientPassesOnAndOwnerCanStillAnswer) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  ASSERT_EQ(::shutdown(c.fd(), SHUT_WR), 0);
+  EXPECT_EQ(o.wait_end(), Conn::End::kEof) << "the owner did not read EOF";
+  EXPECT_TRUE(o.buffer().empty());
+  const std::string late = frame("MESSAGE", {{"destination", "/queue/q1"}, {"message-id", "late"}});
+  ASSERT_TRUE(o.send_all(late));
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(*got, late);
+  EXPECT_EQ(active(), 1u);
+  o.close();
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(c.buffer().empty());
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+  EXPECT_EQ(counters().splicing.load(), 0u);
+  EXPECT_EQ(counters().closed.load(), 1u);
+  EXPECT_EQ(counters().resets.load(), 0u);
+}
+
+TEST_F(UringEngineTest, HalfCloseFromOwnerPassesOnAndClientCanStillSend) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  ASSERT_EQ(::shutdown(o.fd(), SHUT_WR), 0);
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof) << "the client did not read EOF";
+  const std::string late = frame("SEND", {{"destination", "/queue/q1"}}, "x");
+  ASSERT_TRUE(c.send_all(late));
+  std::optional<std::string> got = o.read_exact(late.size());
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, late);
+  c.close();
+  EXPECT_EQ(o.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+TEST_F(UringEngineTest, ClientResetMidSpliceEndsTheOwnerSide) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  ASSERT_TRUE(c.send_all(std::string(1000, 'x')));
+  ASSERT_TRUE(o.read_exact(1000));
+  linger l{1, 0};
+  ASSERT_EQ(::setsockopt(c.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l), 0);
+  const auto t0 = Clock::now();
+  c.close();
+  Conn::End end = o.wait_end();
+  EXPECT_TRUE(end == Conn::End::kReset || end == Conn::End::kEof) << int(end);
+  EXPECT_LT(Clock::now() - t0, 2s);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+  EXPECT_EQ(counters().splicing.load(), 0u);
+}
+
+// DESIGN section 3: "half-close and reset are propagated". A client's reset must reach the owner
+// as a reset, not as an orderly end of stream.
+TEST_F(UringEngineTest, ClientResetReachesTheOwnerAsReset) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  linger l{1, 0};
+  ASSERT_EQ(::setsockopt(c.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l), 0);
+  c.close();
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+  Conn::End end = o.wait_end();
+  EXPECT_EQ(end, Conn::End::kReset) << "the owner read an orderly EOF (FIN) for a client reset";
+  EXPECT_EQ(counters().resets.load(), 1u);
+}
+
+// --- The owner's first frame ------------------------------------------------------------------
+
+TEST_F(UringEngineTest, OwnerErrorOnConnectIsForwardedAndBothSidesClose) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
+  const std::string error = frame("ERROR",
+                                  {{"message", "access refused"}, {"content-length", "12"}},
+                                  "bad passcode");
+  ASSERT_TRUE(o->send_all(error));
+  std::optional<std::string> got = c.read_exact(error.size());
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(*got, error);
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(c.buffer().empty()) << "after the ERROR: " << c.buffer();
+  Conn::End owner_end = o->wait_end();
+  EXPECT_TRUE(owner_end == Conn::End::kEof || owner_end == Conn::End::kReset);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+  EXPECT_EQ(counters().owner_error.load(), 1u);
+  EXPECT_EQ(counters().spliced.load(), 0u);
+}
+
+TEST_F(UringEngineTest, OwnerGarbageInsteadOfConnectedClosesWithError) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
+  ASSERT_TRUE(o->send_all(frame("MESSAGE", {{"destination", "/queue/q1"}})));
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(command_of(*got), "ERROR") << *got;
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+  EXPECT_EQ(counters().owner_protocol.load(), 1u);
+}
+
+TEST_F(UringEngineTest, OwnerThatNeverAnswersGetsTheClientAnErrorAfterConnectTimeout) {
+  options_.connect_timeout_ms = 300;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
+  std::optional<std::string> got = c.read_frame(3s);
+  const auto elapsed = Clock::now() - t0;
+  ASSERT_TRUE(got) << "no ERROR within 3 s; client got: " << c.buffer();
+  EXPECT_EQ(command_of(*got), "ERROR");
+  EXPECT_EQ(header_of(*got, "message"), "owner did not answer") << *got;
+  EXPECT_GE(elapsed, 200ms);
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_EQ(router_.failed(), std::vector<uint32_t>{kOwnerNode});
+  EXPECT_EQ(counters().owner_timeout.load(), 1u);
+  EXPECT_TRUE(sink_.records().empty()) << "a replayed SEND must not be spilled as well";
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+// --- Spill ----------------------------------------------------------------------------------
+
+TEST_F(UringEngineTest, ConnectRefusedFallsBackToSpillAndReceiptWaitsForDurability) {
+  ClosedPort closed;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(closed.addr());
+  sink_.hold();
+  // STOMP 1.0 (no accept-version): header values are raw octets, a colon included.
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c, frame("CONNECT", {{"host", "/"}})));
+  const std::string body("he\0llo", 6);
+  const std::string send = frame("SEND",
+                                 {{"destination", "/queue/q1"},
+                                  {"receipt", "r1"},
+                                  {"x-note", "a:b\\c"},
+                                  {"content-length", "6"}},
+                                 body);
+  ASSERT_TRUE(c.send_all(send));
+  ASSERT_TRUE(wait_until(kWait, [&] { return sink_.records().size() == 1; }));
+  EXPECT_EQ(router_.failed(), std::vector<uint32_t>{kOwnerNode});
+  EXPECT_EQ(counters().connect_failed.load(), 1u);
+  EXPECT_EQ(counters().spilled.load(), 1u);
+  const FakeSink::Record r = sink_.records()[0];
+  EXPECT_EQ(r.vhost, "/");
+  EXPECT_EQ(r.queue, "q1");
+  EXPECT_EQ(r.headers, "destination:/queue/q1\nreceipt:r1\nx-note:a\\cb\\\\c\ncontent-length:6\n");
+  EXPECT_EQ(r.body, body);
+
+  EXPECT_TRUE(c.quiet_for(200ms)) << "sent before the record was durable: " << c.buffer();
+  sink_.release();
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  // The session goes on as a spill session.
+  const std::string send2 = frame("SEND", {{"destination", "/queue/q1"}, {"receipt", "r2"}}, "2");
+  ASSERT_TRUE(c.send_all(send2));
+  std::optional<std::string> receipt2 = c.read_frame();
+  ASSERT_TRUE(receipt2);
+  EXPECT_EQ(*receipt2, frame("RECEIPT", {{"receipt-id", "r2"}}));
+  EXPECT_EQ(sink_.records().size(), 2u);
+  c.close();
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+TEST_F(UringEngineTest, SpillRouteTerminatesTheSessionAtTheGateway) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  ASSERT_EQ(sink_.records().size(), 1u);
+  EXPECT_EQ(sink_.records()[0].body, "hello");
+  EXPECT_TRUE(router_.failed().empty());
+  EXPECT_EQ(counters().spilling.load(), 1u);
+}
+
+TEST_F(UringEngineTest, SpillSubscribeGetsErrorAndClose) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSubscribe));
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(command_of(*got), "ERROR");
+  EXPECT_EQ(header_of(*got, "message"), "owner unavailable, retry later") << *got;
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+  EXPECT_TRUE(sink_.records().empty());
+}
+
+TEST_F(UringEngineTest, SpillSessionEndsWhenTheOwnerIsUpAfterPendingReceipts) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  sink_.hold();
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  ASSERT_TRUE(wait_until(kWait, [&] { return sink_.records().size() == 1; }));
+  router_.set_owner_up(true);
+  // The owner is back, but the record is not durable yet: nothing goes out.
+  EXPECT_TRUE(c.quiet_for(300ms)) << "client got: " << c.buffer();
+  sink_.release();
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  std::optional<std::string> error = c.read_frame();
+  ASSERT_TRUE(error) << "client got: " << c.buffer();
+  EXPECT_EQ(command_of(*error), "ERROR");
+  EXPECT_EQ(header_of(*error, "message"), "owner available, reconnect") << *error;
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+TEST_F(UringEngineTest, RefusedRouteGetsErrorWithTheRoutersMessage) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_refuse();
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(header_of(*got, "message"), "no node for queue") << *got;
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_EQ(counters().refused_route.load(), 1u);
+}
+
+// --- Limits ---------------------------------------------------------------------------------
+
+TEST_F(UringEngineTest, SessionsMaxRefusesTheThirdConnectionWithError) {
+  options_.sessions_max = 2;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn a = client();
+  Conn b = client();
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 2; }));
+  Conn third = client();
+  std::optional<std::string> got = third.read_frame();
+  ASSERT_TRUE(got) << "third got: " << third.buffer();
+  EXPECT_EQ(command_of(*got), "ERROR");
+  EXPECT_EQ(header_of(*got, "message"), "too many sessions") << *got;
+  EXPECT_EQ(third.wait_end(), Conn::End::kEof);
+  EXPECT_EQ(counters().refused_sessions_max.load(), 1u);
+  // A slot that frees is taken again.
+  a.close();
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 1; }));
+  Conn d;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&d));
+}
+
+TEST_F(UringEngineTest, SessionsPerSourceMaxRefusesWithError) {
+  options_.sessions_per_source_max = 2;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn a = client();
+  Conn b = client();
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 2; }));
+  Conn third = client();
+  std::optional<std::string> got = third.read_frame();
+  ASSERT_TRUE(got) << "third got: " << third.buffer();
+  EXPECT_EQ(header_of(*got, "message"), "too many sessions from this address") << *got;
+  EXPECT_EQ(third.wait_end(), Conn::End::kEof);
+  EXPECT_EQ(counters().refused_per_source.load(), 1u);
+  b.close();
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 1; }));
+  Conn d;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&d));
+}
+
+TEST_F(UringEngineTest, PreludeFrameTimeoutGetsError) {
+  config_.frame_timeout_ns = 300 * session::kNanosPerMilli;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c = client();
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(c.send_all("CONNECT\naccept-version:1.2\n"));
+  std::optional<std::string> got = c.read_frame(3s);
+  const auto elapsed = Clock::now() - t0;
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(command_of(*got), "ERROR");
+  EXPECT_EQ(header_of(*got, "message"), "frame timeout") << *got;
+  EXPECT_GE(elapsed, 250ms);
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+TEST_F(UringEngineTest, ConnectOverPreludeBytesMaxGetsError) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c = client();
+  // Nine 8000-byte headers: 72 KB, over the default prelude_bytes_max (64 KiB), each line under
+  // the header line limit.
+  std::string connect = "CONNECT\naccept-version:1.2\n";
+  for (int i = 0; i < 9; ++i)
+    connect += "x-pad" + std::to_string(i) + ":" + std::string(8000, 'p') + "\n";
+  connect += "\n";
+  connect.push_back('\0');
+  (void)c.send_all(connect);  // the gateway may stop reading before the end
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got) << "client got " << c.buffer().size() << " bytes: " << c.buffer();
+  EXPECT_EQ(command_of(*got), "ERROR");
+  EXPECT_EQ(header_of(*got, "message"), "prelude too large") << *got;
+  Conn::End end = c.wait_end();
+  EXPECT_TRUE(end == Conn::End::kEof || end == Conn::End::kReset);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+// --- Stop and the sessions view ---------------------------------------------------------------
+
+TEST_F(UringEngineTest, StopGivesSplicedSessionsTheGraceThenClosesThem) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  const auto t0 = Clock::now();
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    engine_->stop(200);
+    stopped = true;
+  });
+  // Still relayed during the grace.
+  const std::string during = frame("MESSAGE", {{"destination", "/queue/q1"}, {"message-id", "g"}});
+  EXPECT_TRUE(o.send_all(during));
+  std::optional<std::string> got = c.read_frame(1s);
+  EXPECT_TRUE(got);
+  if (got) {
+    EXPECT_EQ(*got, during);
+  }
+  EXPECT_TRUE(wait_until(3s, [&] { return stopped.load(); })) << "stop(200) did not return";
+  stopper.join();
+  const auto elapsed = Clock::now() - t0;
+  EXPECT_GE(elapsed, 150ms);
+  EXPECT_LT(elapsed, 3s);
+  Conn::End ce = c.wait_end(1s);
+  EXPECT_TRUE(ce == Conn::End::kEof || ce == Conn::End::kReset);
+  Conn::End oe = o.wait_end(1s);
+  EXPECT_TRUE(oe == Conn::End::kEof || oe == Conn::End::kReset);
+  EXPECT_EQ(active(), 0u);
+  // The listener is gone.
+  Conn late = connect_to(engine_->port());
+  EXPECT_FALSE(late.valid());
+}
+
+TEST_F(UringEngineTest, StopSendsGatewayStoppingToPreludeSessions) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  const auto t0 = Clock::now();
+  engine_->stop(200);
+  EXPECT_LT(Clock::now() - t0, 3s);
+  std::optional<std::string> got = c.read_frame(1s);
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(command_of(*got), "ERROR");
+  EXPECT_EQ(header_of(*got, "message"), "gateway stopping") << *got;
+  EXPECT_EQ(c.wait_end(1s), Conn::End::kEof);
+  EXPECT_EQ(counters().refused_stopping.load(), 1u);
+}
+
+TEST_F(UringEngineTest, SessionsListsSplicedSessionWithQueueAndBytes) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  size_t total = 0;
+  std::vector<SessionView> v = engine_->sessions(10, &total);
+  ASSERT_EQ(total, 1u);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].state, "spliced");
+  EXPECT_EQ(v[0].vhost, "/");
+  EXPECT_EQ(v[0].queue, "q1");
+  EXPECT_EQ(v[0].owner, "owner-a");
+  EXPECT_EQ(v[0].client.rfind("127.0.0.1:", 0), 0u) << v[0].client;
+  EXPECT_GT(v[0].bytes_in, 0u);
+  EXPECT_GT(v[0].bytes_out, 0u);
+  EXPECT_GE(v[0].age_ms, 0);
+  // And none once it has ended.
+  c.close();
+  o.close();
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+  v = engine_->sessions(10, &total);
+  EXPECT_EQ(total, 0u);
+  EXPECT_TRUE(v.empty());
+}
+
+}  // namespace
+}  // namespace sluice::uring
