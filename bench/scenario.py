@@ -1,14 +1,19 @@
 #!/usr/bin/python3
-"""Scenario harness (issue 5 item 3): sluice-load against the sink, direct and via HAProxy.
+"""Scenario harness (issues 5 and 6): sluice-load against the sink, direct, via HAProxy and via sluiced.
 
-    bench/scenario.py bulk|small|sessions|latency|all [--repeat N] [--seconds S] [--out DIR]
-                      [--smoke] [--sluice-load PATH] [--no-pin]
+    bench/scenario.py SCENARIO|all|gateway [--repeat N] [--seconds S] [--out DIR] [--smoke]
+                      [--sluice-load PATH] [--sluiced PATH] [--sluicectl PATH]
+                      [--spill-bench PATH] [--arrangements LIST] [--no-pin]
 
-For each scenario it starts the sink (`sluice-load serve`) and HAProxy (TCP mode, generated
-config) on free loopback ports, runs sluice-load against each arrangement interleaved
-(direct, haproxy, direct, haproxy, ...) and repeated, prints medians and ratios against direct,
-and writes results.json and chart.png (gnuplot) into --out. See bench/SCENARIOS.md.
+For each scenario it starts the sink (`sluice-load serve`), HAProxy (TCP mode, generated
+config) and sluiced (generated config, the sink as its one node) on free loopback ports, runs
+sluice-load against each arrangement interleaved (direct, haproxy, sluiced, direct, ...) and
+repeated, prints medians and ratios against direct, and writes results.json and chart.png
+(gnuplot) into --out. `gateway` runs the issue 6 acceptance set (bulk, connect, latency, spill,
+the spill log's own benchmark, memory per idle session), prints the acceptance table and writes
+it with the chart and the command into bench/results/. See bench/SCENARIOS.md.
 Exit code: 0 when every run passed, 1 when any run failed or lost messages, 2 for usage errors.
+A missed speed or memory target is printed, never a failure.
 """
 
 import argparse
@@ -25,9 +30,10 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scenarios import report  # noqa: E402
-from scenarios.arrangements import (ARRANGEMENTS, Processes, Sink, cpu_seconds,  # noqa: E402
-                                    die_with_parent, pinned, run_delay_seconds)
+import idle_sessions  # noqa: E402
+from scenarios import gateway, report  # noqa: E402
+from scenarios.arrangements import (ARRANGEMENTS, Processes, Sink, Sluiced,  # noqa: E402
+                                    cpu_seconds, die_with_parent, pinned, run_delay_seconds)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SLUICE_LOAD = ["build-release/tools/sluice-load/sluice-load",
@@ -68,7 +74,28 @@ SCENARIOS = {
         "lead": "msg_s",
         "latency": "delivery",
     },
+    "connect": {
+        "what": "new-session rate: 16 producer connections in new-session mode with one SEND "
+                "per session (CONNECT, SEND with receipt, DISCONNECT with receipt, close, "
+                "reconnect), 4 consumers on 4 queues",
+        "args": ["-c", "16", "--new-session", "1", "--consumer-connections", "4", "-q", "4",
+                 "-s", "256"],
+        "lead": "sessions_s",
+        "latency": "receipt",
+    },
+    "spill": {
+        "what": "spill mode: sluiced whose one node is a closed port, so every session is a "
+                "spill session; 64 connections x 4 producers, 1 KiB bodies, window 4 (1,024 "
+                "SENDs awaiting durable receipts), 16 queues, no consumers",
+        "args": ["-c", "64", "-p", "4", "-w", "4", "-q", "16", "-s", "1K"],
+        "lead": "msg_s",
+        "latency": "receipt",
+        "only": ["sluiced"],  # the sink stores nothing: direct and HAProxy have no spill mode
+        "sluiced": {"owner_down": True},
+    },
 }
+# `all` runs every scenario; `gateway` the issue 6 acceptance set.
+GATEWAY_SCENARIOS = ["bulk", "connect", "latency", "spill"]
 TOOL_CHECK_RATIO_MIN = 1.5
 
 
@@ -83,7 +110,7 @@ def on_signal(signum, frame):
 def parse_args(argv):
     p = argparse.ArgumentParser(
         description="sluice-load scenarios against the sink: direct and via HAProxy")
-    p.add_argument("scenario", choices=list(SCENARIOS) + ["all"])
+    p.add_argument("scenario", choices=list(SCENARIOS) + ["all", "gateway"])
     p.add_argument("--repeat", type=int, default=3, help="runs per arrangement (default 3)")
     p.add_argument("--seconds", type=float, default=5.0,
                    help="producing time of each run (default 5)")
@@ -93,8 +120,20 @@ def parse_args(argv):
                    help="CI check: 1 repetition of 1 s per run; fails if any run fails")
     p.add_argument("--sluice-load", help="sluice-load binary (default: the first that exists "
                    "of " + ", ".join(DEFAULT_SLUICE_LOAD) + ", from the repository root)")
-    p.add_argument("--arrangements", default=",".join(ARRANGEMENTS),
-                   help="comma-separated, first is the reference (default: %(default)s)")
+    p.add_argument("--sluiced", help="sluiced binary (default: gateway/sluiced in sluice-load's "
+                   "build directory)")
+    p.add_argument("--sluicectl", help="sluicectl binary (default: tools/sluicectl/sluicectl "
+                   "in sluice-load's build directory)")
+    p.add_argument("--spill-bench", help="spill_bench binary, the spill scenario's reference "
+                   "(default: bench/spill_bench in sluice-load's build directory, if built)")
+    p.add_argument("--idle-sessions", type=int, default=idle_sessions.DEFAULT_SESSIONS,
+                   help="idle sessions to hold (gateway and all; default %(default)s, smoke "
+                   f"{idle_sessions.SMOKE_SESSIONS})")
+    p.add_argument("--results-dir", default=os.path.join(ROOT, "bench", "results"),
+                   help="where `gateway` (not --smoke) writes its table, chart and command")
+    p.add_argument("--arrangements",
+                   help="comma-separated, first is the reference (default: direct,haproxy and "
+                   "sluiced when its binary is found; `gateway`: direct,haproxy,sluiced)")
     p.add_argument("--no-pin", action="store_true", help="no taskset pinning")
     p.add_argument("--load-cpu", default="0", help="CPU list for sluice-load (default 0)")
     p.add_argument("--server-cpu", default="1",
@@ -106,10 +145,6 @@ def parse_args(argv):
         p.error("--repeat: between 1 and 100")
     if not 0.5 <= a.seconds <= 600:
         p.error("--seconds: between 0.5 and 600")
-    a.arrangements = [x for x in a.arrangements.split(",") if x]
-    unknown = [x for x in a.arrangements if x not in ARRANGEMENTS]
-    if unknown or not a.arrangements:
-        p.error(f"--arrangements: unknown {unknown}; known: {', '.join(ARRANGEMENTS)}")
     if a.sluice_load is None:
         found = [os.path.join(ROOT, c) for c in DEFAULT_SLUICE_LOAD
                  if os.access(os.path.join(ROOT, c), os.X_OK)]
@@ -121,6 +156,31 @@ def parse_args(argv):
     elif not os.access(a.sluice_load, os.X_OK):
         p.error(f"--sluice-load: {a.sluice_load} is not an executable file")
     a.sluice_load = os.path.abspath(a.sluice_load)
+    build = os.path.dirname(os.path.dirname(os.path.dirname(a.sluice_load)))
+    for opt, rel in (("sluiced", "gateway/sluiced"), ("sluicectl", "tools/sluicectl/sluicectl"),
+                     ("spill_bench", "bench/spill_bench")):
+        given = getattr(a, opt)
+        if given is not None and not os.access(given, os.X_OK):
+            p.error(f"--{opt.replace('_', '-')}: {given} is not an executable file")
+        if given is None and os.access(os.path.join(build, rel), os.X_OK):
+            given = os.path.join(build, rel)
+        setattr(a, opt, None if given is None else os.path.abspath(given))
+    have_sluiced = a.sluiced is not None and a.sluicectl is not None
+    if a.arrangements is None:
+        a.arrangements = "direct,haproxy" + (",sluiced" if have_sluiced else "")
+    a.arrangements = [x for x in a.arrangements.split(",") if x]
+    unknown = [x for x in a.arrangements if x not in ARRANGEMENTS]
+    if unknown or not a.arrangements:
+        p.error(f"--arrangements: unknown {unknown}; known: {', '.join(ARRANGEMENTS)}")
+    if a.scenario == "gateway" and a.arrangements != ["direct", "haproxy", "sluiced"]:
+        p.error("gateway: the acceptance compares direct, haproxy and sluiced; leave "
+                "--arrangements out")
+    if "sluiced" in a.arrangements and not have_sluiced:
+        p.error(f"sluiced arrangement: no sluiced or sluicectl found in {build} (pass --sluiced "
+                "PATH --sluicectl PATH)")
+    Sluiced.binary, Sluiced.sluicectl = a.sluiced, a.sluicectl
+    if a.smoke:
+        a.idle_sessions = idle_sessions.SMOKE_SESSIONS
     if a.no_pin or (os.cpu_count() or 1) < 2:
         a.load_cpu = a.server_cpu = None
     if a.out is None:
@@ -147,9 +207,31 @@ def machine_info(sluice_load):
         "cpu_model": model,
         "haproxy": first(["/usr/sbin/haproxy", "-v"]),
         "sluice_load": sluice_load,
-        "commit": first(["git", "rev-parse", "HEAD"]),
+        "sluiced": Sluiced.binary,
+        "commit": commit(),
         "python": platform.python_version(),
     }
+
+
+def commit():
+    """HEAD's commit, read from .git (no git process: other work may be using the repository)."""
+    try:
+        with open(os.path.join(ROOT, ".git", "HEAD")) as f:
+            head = f.read().strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        path = os.path.join(ROOT, ".git", ref)
+        if os.path.exists(path):
+            with open(path) as f:
+                return f.read().strip()
+        with open(os.path.join(ROOT, ".git", "packed-refs")) as f:
+            for line in f:
+                if line.rstrip().endswith(" " + ref):
+                    return line.split()[0]
+    except OSError:
+        pass
+    return None
 
 
 def loadavg():
@@ -210,22 +292,27 @@ def failure_of(summary, rc, error):
 def run_scenario(args, name, procs, out_dir, record):
     """Runs one scenario, filling `record` as it goes (kept when interrupted)."""
     spec = SCENARIOS[name]
+    arrangements = [a for a in args.arrangements if a in spec.get("only", args.arrangements)]
+    if not arrangements:
+        print(f"\n== {name}: skipped (needs the arrangement(s) {', '.join(spec['only'])})",
+              flush=True)
+        return
     log_dir = os.path.join(out_dir, name)
     os.makedirs(log_dir, exist_ok=True)
     run_s = args.seconds + DRAIN_TIMEOUT_S + RUN_SLACK_S
-    lifetime_s = len(args.arrangements) * args.repeat * run_s + 60
+    lifetime_s = len(arrangements) * args.repeat * run_s + 60
     print(f"\n== {name}: {spec['what']}", flush=True)
     sink = Sink(procs, args.sluice_load, args.server_cpu, lifetime_s)
     runs = []
     record.update({
         "scenario": name, "what": spec["what"], "lead": spec["lead"],
         "latency_kind": spec["latency"], "sink_command": sink.cmd,
-        "arrangement_commands": {}, "runs": runs,
+        "arrangements": arrangements, "arrangement_commands": {}, "runs": runs,
     })
     started = []
     try:
-        for a in args.arrangements:
-            started.append(ARRANGEMENTS[a](procs, sink, args.server_cpu, log_dir))
+        for a in arrangements:
+            started.append(ARRANGEMENTS[a](procs, sink, args.server_cpu, log_dir, spec.get(a)))
             record["arrangement_commands"][a] = started[-1].commands
         for rep in range(args.repeat):
             for arr in started:
@@ -288,19 +375,25 @@ def main(argv):
               file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
-    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    names = (list(SCENARIOS) if args.scenario == "all" else
+             GATEWAY_SCENARIOS if args.scenario == "gateway" else [args.scenario])
+    # The acceptance extras (spill log reference, idle sessions, acceptance table) come with
+    # `gateway`, and with `all` when sluiced is one of the arrangements.
+    extras = args.scenario == "gateway" or (args.scenario == "all"
+                                             and "sluiced" in args.arrangements)
     started_at = datetime.datetime.now(datetime.timezone.utc)
     results = {
         "started_at": started_at.isoformat(timespec="seconds"),
         "machine": machine_info(args.sluice_load),
+        "command": [sys.argv[0]] + list(argv),
         "loadavg_start": loadavg(),
         "settings": {"repeat": args.repeat, "seconds": args.seconds, "smoke": args.smoke,
                      "arrangements": args.arrangements, "load_cpu": args.load_cpu,
                      "server_cpu": args.server_cpu, "drain_timeout_s": DRAIN_TIMEOUT_S},
         "scenarios": [],
     }
-    print(f"sluice-load: {args.sluice_load}; pinning: "
-          + (f"sluice-load on CPU {args.load_cpu}, sink and HAProxy on CPU {args.server_cpu}"
+    print(f"sluice-load: {args.sluice_load}; sluiced: {args.sluiced}; pinning: "
+          + (f"sluice-load on CPU {args.load_cpu}, sink and proxies on CPU {args.server_cpu}"
              if args.load_cpu is not None else "none")
           + f"; load average {' '.join(map(str, results['loadavg_start']))}; out: {args.out}")
     procs = Processes(args.out)
@@ -310,6 +403,10 @@ def main(argv):
             record = {}
             results["scenarios"].append(record)
             run_scenario(args, name, procs, args.out, record)
+        if extras:
+            results["spill_bench"] = gateway.spill_reference(args.spill_bench, args.smoke,
+                                                              args.out)
+            results["idle"] = gateway.idle(args, procs)
     except (KeyboardInterrupt, Stop) as e:
         interrupted = str(e) or "interrupted"
     except RuntimeError as e:  # a process that would not start: named in the message
@@ -321,8 +418,10 @@ def main(argv):
         timespec="seconds")
     results["scenarios"] = [sc for sc in results["scenarios"] if sc.get("runs")]
     for sc in results["scenarios"]:
-        sc["medians"], sc["ratios"] = report.medians_and_ratios(sc, args.arrangements)
+        sc["medians"], sc["ratios"] = report.medians_and_ratios(sc, sc["arrangements"])
     results["tool_check"] = report.tool_check(results, TOOL_CHECK_RATIO_MIN)
+    if extras:
+        results["acceptance"] = gateway.acceptance(results)
     results["interrupted"] = interrupted
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
@@ -330,17 +429,28 @@ def main(argv):
     print(report.table(results, args.arrangements))
     print(report.tool_check_text(results["tool_check"], TOOL_CHECK_RATIO_MIN))
     chart = report.chart(results, args.arrangements, args.out)
+    if extras:
+        print()
+        print(gateway.text(results))
+        if args.scenario == "gateway" and not args.smoke and not interrupted:
+            written = gateway.write_results(results, args.results_dir, chart,
+                                            report.table(results, args.arrangements), argv)
+            print(f"\nwritten: {', '.join(written)}")
     print(f"\nresults: {os.path.join(args.out, 'results.json')}"
           + (f"; chart: {chart}" if chart else "; chart: not drawn (gnuplot missing or failed)"))
     failed = [r for sc in results["scenarios"] for r in sc["runs"] if r["failure"]]
+    failed_extras = [f"{k}: {results[k]['error']}" for k in ("spill_bench", "idle")
+                     if (results.get(k) or {}).get("error")]
     if interrupted:
         print(f"scenario: stopped early: {interrupted}", file=sys.stderr)
         return 1
-    if failed:
-        print(f"scenario: {len(failed)} run(s) failed:", file=sys.stderr)
+    if failed or failed_extras:
+        print(f"scenario: {len(failed) + len(failed_extras)} run(s) failed:", file=sys.stderr)
         for r in failed:
             print(f"  {r['scenario']}/{r['arrangement']}#{r['repetition']}: {r['failure']}",
                   file=sys.stderr)
+        for e in failed_extras:
+            print(f"  {e}", file=sys.stderr)
         return 1
     return 0
 

@@ -80,7 +80,7 @@ def table(results, arrangements):
              f"{'sessions/s':>10} {'p50 us':>8} {'p99 us':>8} {'load cores':>10} "
              f"{'ratio lead':>11} {'ratio p99':>9}  runs"]
     for sc in results["scenarios"]:
-        for arr in arrangements:
+        for arr in sc.get("arrangements", arrangements):
             m = sc["medians"][arr]
             r = sc["ratios"].get(arr)
             lead = "" if r is None else _fmt(r[sc["lead"]], 2)
@@ -92,9 +92,9 @@ def table(results, arrangements):
                 f"{_fmt(m['sluice_load_cores'], 2):>10} {lead:>11} {p99:>9}  "
                 f"{m['runs_ok']} ok" + (f", {m['runs_failed']} FAILED" if m["runs_failed"] else ""))
     lines.append(f"medians over the runs; ratios: arrangement / {ref} (lead figure: msg/s for "
-                 "small and latency, MiB/s for bulk, sessions/s for sessions); latency: receipt "
-                 "for small and sessions, delivery for bulk and latency; load cores: CPU of "
-                 "sluice-load / wall time")
+                 "small, latency and spill, MiB/s for bulk, sessions/s for sessions and connect)"
+                 "; latency: receipt for small, sessions, connect and spill, delivery for bulk "
+                 "and latency; load cores: CPU of sluice-load / wall time")
     return "\n".join(lines)
 
 
@@ -187,14 +187,15 @@ def chart(results, arrangements, out_dir):
               f"{', '.join(arrangements)} (median, min-max over "
               f"{results['settings']['repeat']} runs; {results['started_at']})'",
               "set style fill solid 0.6 border -1", "set boxwidth 0.6", "set yrange [0:*]",
-              "set xrange [-0.6:%f]" % (len(arrangements) - 0.4), "unset key",
+              "unset key",
               "set grid ytics", "set offsets 0, 0, graph 0.08, 0", "set format y '%.1s%c'"]
     for row, (key, unit) in enumerate((("lead", None), ("p99_us", "p99 latency (us)"))):
         for sc in scenarios:
             fig = sc["lead"] if key == "lead" else key
             path = os.path.join(data_dir, f"{sc['scenario']}-{fig}.dat")
+            arrs = sc.get("arrangements", arrangements)
             with open(path, "w") as f:
-                for i, arr in enumerate(arrangements):
+                for i, arr in enumerate(arrs):
                     m = sc["medians"][arr]
                     vals = [m[fig], m[fig + "_min"], m[fig + "_max"]]
                     if any(v is None for v in vals):
@@ -202,7 +203,7 @@ def chart(results, arrangements, out_dir):
                     f.write(f"{i} {arr} {vals[0]} {vals[1]} {vals[2]}\n")
             title = (f"{sc['scenario']}: {LABELS[fig]}" if row == 0
                      else f"{sc['scenario']}: {unit}, {sc['latency_kind']}")
-            script += [f"set title '{title}'",
+            script += [f"set title '{title}'", "set xrange [-0.6:%f]" % (len(arrs) - 0.4),
                        f"plot '{path}' using 1:3:xtic(2) with boxes lc rgb '#4477aa', "
                        f"'' using 1:3:4:5 with yerrorbars lc rgb 'black' pt -1"]
     script.append("unset multiplot")

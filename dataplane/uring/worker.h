@@ -134,6 +134,7 @@ struct SpillSlot {
   bool held = false;
   session::SpillEvent held_event;
   bool dirty = false;
+  uint32_t refuse_appends = 0;  // appends of a refused transaction still to come
   uint32_t vhost_len = 0;
   uint32_t queue_len = 0;
   char vhost[session::kVhostBytesMax];        // written before read

@@ -12,6 +12,8 @@ namespace sluice::uring::detail {
 
 namespace {
 
+constexpr std::string_view kTxnRefused = "transaction refused: owner unavailable";
+
 void bump(std::atomic<uint64_t>& c) {
   c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
@@ -55,6 +57,7 @@ void Worker::start_spill(uint32_t slot) {
   std::memcpy(ss.queue, key.queue.data(), ss.queue_len);
   ss.held = false;
   ss.dirty = false;
+  ss.refuse_appends = 0;
   ss.in_off = 0;
   ss.in_len = ps.carry_len;
   std::memcpy(ss.in, ps.carry, ps.carry_len);
@@ -120,6 +123,11 @@ bool Worker::act_spill(uint32_t slot, const session::SpillEvent& ev) {
     case session::SpillEvent::Kind::kReply:
       return queue_out(slot, ev.to_client);
     case session::SpillEvent::Kind::kAppend: {
+      if (ss.refuse_appends > 0) {
+        --ss.refuse_appends;
+        ss.spill->on_append_failed(ev.token, kTxnRefused);
+        return true;
+      }
       if (appends_count_ == appends_.size()) {
         spill_waiting_ = true;
         bump(counters_.appends_busy);
@@ -155,6 +163,11 @@ bool Worker::act_spill(uint32_t slot, const session::SpillEvent& ev) {
       return true;
     }
     case session::SpillEvent::Kind::kBatchBegin:
+      // The spill log appends record by record: a refusal (spill full) in the middle of a
+      // transaction would leave half of it. Until the log has an atomic batch append, a
+      // transaction of more than one SEND is refused whole, before anything is appended.
+      if (ev.batch_count > 1) ss.refuse_appends = ev.batch_count;
+      return true;
     case session::SpillEvent::Kind::kBatchEnd:
       return true;
     case session::SpillEvent::Kind::kClose:

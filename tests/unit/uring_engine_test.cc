@@ -238,6 +238,45 @@ class ClosedPort {
   uint16_t port_ = 0;
 };
 
+// A listener whose accept queue is full: further SYNs are dropped, so a connect neither
+// succeeds nor fails until its timeout.
+class FullListener {
+ public:
+  FullListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a = loopback(0);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    EXPECT_EQ(::listen(fd_, 0), 0);
+    // Fill the queue until a connect hangs (bounded).
+    for (int i = 0; i < 16; ++i) {
+      int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      fillers_.push_back(c);
+      (void)!::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a);
+      pollfd p{c, POLLOUT, 0};
+      if (::poll(&p, 1, 200) == 0) {
+        full_ = true;
+        break;
+      }
+    }
+  }
+  ~FullListener() {
+    for (int c : fillers_)
+      ::close(c);
+    ::close(fd_);
+  }
+  bool full() const { return full_; }
+  sockaddr_in addr() const { return loopback(port_); }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  bool full_ = false;
+  std::vector<int> fillers_;
+};
+
 constexpr uint32_t kOwnerNode = 7;
 
 class FakeRouter final : public Router {
@@ -369,6 +408,10 @@ class FakeHooks final : public session::SpillHooks {
   std::atomic<bool> authenticate_ok{true};
   std::atomic<bool> authorize_ok{true};
 };
+
+LogFn nullptr_log() {
+  return [](LogLevel, std::string_view, std::span<const LogField>) {};
+}
 
 // A frame's command and headers (no unescaping: the tests use plain values).
 std::string command_of(std::string_view f) {
@@ -1046,6 +1089,220 @@ TEST_F(UringEngineTest, SessionsListsSplicedSessionWithQueueAndBytes) {
   v = engine_->sessions(10, &total);
   EXPECT_EQ(total, 0u);
   EXPECT_TRUE(v.empty());
+}
+
+
+// --- More edges ---------------------------------------------------------------------------------
+
+// The prelude buffer fills in the middle of a receive that also completes the SEND's head: what
+// did not fit (the carry) must follow the buffered bytes in the replay, and the rest of the body
+// must follow through the splice, byte for byte.
+TEST_F(UringEngineTest, CarryBeyondThePreludeBufferIsReplayedInOrder) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  // A CONNECT of about 60 KiB (8 padding headers), answered before anything else is sent.
+  std::string connect = "CONNECT\naccept-version:1.2\nhost:/\n";
+  for (int i = 0; i < 8; ++i)
+    connect += "x-pad" + std::to_string(i) + ":" + std::string(7600, 'p') + "\n";
+  connect += "\n";
+  connect.push_back('\0');
+  ASSERT_LT(connect.size(), config_.prelude_bytes_max - 1000);
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c, connect));
+  // Then a SEND whose head fits, with a 256 KiB body: one write, so one receive takes the end of
+  // the prelude buffer and more.
+  std::string body(256u << 10, '\0');
+  std::mt19937_64 rng(11);
+  for (char& ch : body)
+    ch = char(rng());
+  const std::string send = frame(
+      "SEND", {{"destination", "/queue/q1"}, {"content-length", std::to_string(body.size())}}, body);
+  std::atomic<bool> sent_ok{false};
+  std::thread writer([&] { sent_ok = c.send_all(send, 20s); });
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  // The replayed CONNECT is the original one without accept-version's extra values: same here.
+  std::optional<std::string> replay_connect = o->read_exact(connect.size());
+  ASSERT_TRUE(replay_connect);
+  EXPECT_TRUE(*replay_connect == connect) << "replayed CONNECT differs";
+  ASSERT_TRUE(o->send_all(kOwnerConnected));
+  std::optional<std::string> got = o->read_exact(send.size(), 20s);
+  writer.join();
+  EXPECT_TRUE(sent_ok.load());
+  ASSERT_TRUE(got) << "owner got " << o->buffer().size() << " of " << send.size() << " bytes";
+  EXPECT_TRUE(*got == send) << "the SEND reached the owner altered";
+}
+
+// Many SENDs in one write to a spill session: more than receipts_pending_max, across several
+// receive buffers. Every SEND is appended once, in order, and every RECEIPT comes, in order.
+TEST_F(UringEngineTest, SpillHandlesManyPipelinedSendsInOrder) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  constexpr int kSends = 1000;
+  std::string all = kConnect;
+  std::string expected_receipts;
+  for (int i = 0; i < kSends; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    all += frame("SEND", {{"destination", "/queue/q1"}, {"receipt", id}}, "m" + std::to_string(i));
+    expected_receipts += frame("RECEIPT", {{"receipt-id", id}});
+  }
+  Conn c = client();
+  std::atomic<bool> sent_ok{false};
+  std::thread writer([&] { sent_ok = c.send_all(all, 20s); });
+  std::optional<std::string> connected = c.read_frame();
+  ASSERT_TRUE(connected);
+  EXPECT_EQ(command_of(*connected), "CONNECTED");
+  std::optional<std::string> receipts = c.read_exact(expected_receipts.size(), 20s);
+  writer.join();
+  EXPECT_TRUE(sent_ok.load());
+  ASSERT_TRUE(receipts) << "client got " << c.buffer().size() << " of "
+                        << expected_receipts.size() << " bytes of receipts";
+  EXPECT_TRUE(*receipts == expected_receipts);
+  std::vector<FakeSink::Record> records = sink_.records();
+  ASSERT_EQ(records.size(), size_t(kSends));
+  for (int i = 0; i < kSends; ++i)
+    EXPECT_EQ(records[size_t(i)].body, "m" + std::to_string(i)) << i;
+}
+
+TEST_F(UringEngineTest, SpillDisconnectReceiptWaitsForEarlierSends) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  sink_.hold();
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  const std::string send = frame("SEND", {{"destination", "/queue/q1"}}, "x");
+  ASSERT_TRUE(c.send_all(send + frame("DISCONNECT", {{"receipt", "bye"}})));
+  ASSERT_TRUE(wait_until(kWait, [&] { return sink_.records().size() == 1; }));
+  EXPECT_TRUE(c.quiet_for(200ms)) << "client got: " << c.buffer();
+  sink_.release();
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, frame("RECEIPT", {{"receipt-id", "bye"}}));
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+// Stop with a spill session whose record is not durable yet: the RECEIPT still comes once it is,
+// then the session ends and stop returns.
+TEST_F(UringEngineTest, StopAnswersPendingSpillReceiptsBeforeEnding) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  sink_.hold();
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  ASSERT_TRUE(wait_until(kWait, [&] { return sink_.records().size() == 1; }));
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    engine_->stop(200);
+    stopped = true;
+  });
+  EXPECT_TRUE(c.quiet_for(100ms)) << "client got: " << c.buffer();
+  sink_.release();
+  std::optional<std::string> receipt = c.read_frame(2s);
+  EXPECT_TRUE(receipt) << "client got: " << c.buffer();
+  if (receipt) {
+    EXPECT_EQ(*receipt, kReceipt);
+  }
+  Conn::End end = c.wait_end(3s);
+  EXPECT_TRUE(end == Conn::End::kEof || end == Conn::End::kReset) << int(end);
+  EXPECT_TRUE(wait_until(3s, [&] { return stopped.load(); })) << "stop did not return";
+  if (!stopped.load()) sink_.release();
+  stopper.join();
+}
+
+TEST_F(UringEngineTest, OwnerClosingBeforeConnectedGetsTheClientAnError) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
+  o->close();
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(command_of(*got), "ERROR");
+  EXPECT_EQ(header_of(*got, "message"), "owner closed the connection") << *got;
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+// A connect that neither succeeds nor fails (the owner's accept queue is full): the linked
+// timeout ends it after connect_timeout_ms, control hears of it, the session spills.
+TEST_F(UringEngineTest, ConnectTimeoutFallsBackToSpill) {
+  FullListener full;
+  if (!full.full()) GTEST_SKIP() << "SKIPPED: could not fill a listener's accept queue";
+  options_.connect_timeout_ms = 300;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(full.addr());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<std::string> receipt = c.read_frame(3s);
+  const auto elapsed = Clock::now() - t0;
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  EXPECT_GE(elapsed, 250ms);
+  EXPECT_EQ(router_.failed(), std::vector<uint32_t>{kOwnerNode});
+  EXPECT_EQ(counters().connect_failed.load(), 1u);
+  EXPECT_EQ(sink_.records().size(), 1u);
+}
+
+// sessions_max holds across workers exactly.
+TEST_F(UringEngineTest, SessionsMaxHoldsAcrossWorkers) {
+  options_.workers = 2;
+  options_.sessions_max = 3;
+  std::vector<WorkerParts> parts;
+  FakeRouter router2;
+  FakeSink sink2;
+  std::string error;
+  engine_ = Engine::open(options_, config_,
+                         {WorkerParts{&router_, &sink_, &hooks_}, WorkerParts{&router2, &sink2, &hooks_}},
+                         nullptr_log(), &error);
+  if (!engine_ && error.find("io_uring") != std::string::npos) GTEST_SKIP() << error;
+  ASSERT_TRUE(engine_) << error;
+  engine_->start();
+  auto total_active = [&] {
+    return engine_->counters(0).active.load() + engine_->counters(1).active.load();
+  };
+  std::vector<Conn> held;
+  for (int i = 0; i < 3; ++i)
+    held.push_back(client());
+  ASSERT_TRUE(wait_until(kWait, [&] { return total_active() == 3; }));
+  for (int i = 0; i < 4; ++i) {
+    Conn extra = client();
+    std::optional<std::string> got = extra.read_frame();
+    ASSERT_TRUE(got) << "extra connection " << i << " got: " << extra.buffer();
+    EXPECT_EQ(header_of(*got, "message"), "too many sessions") << *got;
+  }
+  EXPECT_EQ(total_active(), 3u);
+  size_t total = 0;
+  engine_->sessions(10, &total);
+  EXPECT_EQ(total, 3u);
+  engine_->stop(0);
+  engine_.reset();
+}
+
+// Fewer receive buffers than sessions that speak at once: a receive that finds none is retried,
+// nobody is dropped.
+TEST_F(UringEngineTest, ReceiveBufferShortageIsRetried) {
+  options_.recv_buffers = 2;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  constexpr int kClients = 16;
+  std::vector<Conn> cs;
+  for (int i = 0; i < kClients; ++i)
+    cs.push_back(client());
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == kClients; }));
+  for (auto& c : cs)
+    ASSERT_TRUE(c.send_all(kConnect));
+  for (int i = 0; i < kClients; ++i) {
+    std::optional<std::string> got = cs[size_t(i)].read_frame();
+    ASSERT_TRUE(got) << "client " << i << " got: " << cs[size_t(i)].buffer();
+    EXPECT_EQ(command_of(*got), "CONNECTED");
+  }
 }
 
 }  // namespace
