@@ -194,15 +194,19 @@ def chart(results, arrangements, out_dir):
             fig = sc["lead"] if key == "lead" else key
             path = os.path.join(data_dir, f"{sc['scenario']}-{fig}.dat")
             arrs = sc.get("arrangements", arrangements)
+            empty = True
             with open(path, "w") as f:
                 for i, arr in enumerate(arrs):
                     m = sc["medians"][arr]
                     vals = [m[fig], m[fig + "_min"], m[fig + "_max"]]
                     if any(v is None for v in vals):
-                        vals = ["NaN"] * 3
+                        vals = [0] * 3  # no run passed: an empty bar, said in the title
+                    else:
+                        empty = False
                     f.write(f"{i} {arr} {vals[0]} {vals[1]} {vals[2]}\n")
             title = (f"{sc['scenario']}: {LABELS[fig]}" if row == 0
                      else f"{sc['scenario']}: {unit}, {sc['latency_kind']}")
+            title += " (no run passed)" if empty else ""
             script += [f"set title '{title}'", "set xrange [-0.6:%f]" % (len(arrs) - 0.4),
                        f"plot '{path}' using 1:3:xtic(2) with boxes lc rgb '#4477aa', "
                        f"'' using 1:3:4:5 with yerrorbars lc rgb 'black' pt -1"]

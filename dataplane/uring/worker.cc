@@ -233,6 +233,7 @@ uint64_t Worker::tag(uint32_t slot, uint32_t gen, Op op) {
 
 void Worker::arm_accept() {
   if (accept_armed_ || stopping_) return;
+  if (accept_pause_until_ != 0 && now() < accept_pause_until_) return;
   io_uring_sqe* e = sqe();
   io_uring_prep_multishot_accept(e, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
   io_uring_sqe_set_data64(e, tag(kNone, 0, Op::kAccept));
@@ -488,8 +489,14 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
       if (res >= 0) {
         on_accept(res);
       } else if (res != -ECANCELED && res != -EINVAL && res != -EBADF) {
-        // EMFILE, ENFILE, ENOBUFS: the accept is retried when the loop comes round.
-        log_(LogLevel::kWarn, "accept_failed", {{{"error", std::strerror(-res)}}});
+        // EMFILE, ENFILE, ENOBUFS: accepting pauses for a scan interval (pending connections
+        // wait in the backlog); logged once per 1000 failures.
+        accept_pause_until_ = now() + kScanInterval;
+        if (accept_errors_++ % 1000 == 0) {
+          const std::string count = std::to_string(accept_errors_);
+          log_(LogLevel::kWarn, "accept_failed",
+               {{{"error", std::strerror(-res)}, {"failures", count}}});
+        }
       }
       return;
     case Op::kWake:

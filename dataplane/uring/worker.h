@@ -234,6 +234,8 @@ class Worker {
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   bool accept_armed_ = false;
+  Nanos accept_pause_until_ = 0;  // after EMFILE and the like: let the loop breathe
+  uint64_t accept_errors_ = 0;
   bool spill_notify_armed_ = false;
   uint64_t wake_value_ = 0;
   uint64_t spill_notify_value_ = 0;

@@ -27,6 +27,12 @@ constexpr unsigned kSpliceFlags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
 
 void Worker::start_splice(uint32_t slot) {
   Session& s = sessions_[slot];
+  if (s.sending || s.out_sent < s.out_len) {
+    // Replies still on their way to the client (its CONNECTED): they go first, and their
+    // buffer must stay until the send completes.
+    s.splice_after_send = true;
+    return;
+  }
   for (Dir& d : s.dir) {
     int p[2];
     if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
