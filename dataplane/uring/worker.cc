@@ -290,6 +290,17 @@ bool Worker::queue_out(uint32_t slot, std::string_view bytes) {
   return true;
 }
 
+void Worker::send_then_close(uint32_t slot, std::string_view bytes) {
+  Session& s = sessions_[slot];
+  s.close_after_send = true;
+  if (!bytes.empty() && !queue_out(slot, bytes)) {
+    begin_close(slot, false);
+    return;
+  }
+  // Nothing (more) to send: close now; else on_send_client closes once the bytes are out.
+  if (!s.sending && s.out_sent == s.out_len) begin_close(slot, false);
+}
+
 void Worker::flush_out(uint32_t slot) {
   Session& s = sessions_[slot];
   if (s.sending || s.out_sent == s.out_len || s.out_slot == kNone) return;
@@ -447,8 +458,15 @@ void Worker::begin_close(uint32_t slot, bool reset) {
     io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kCancel));
     ++s.inflight;
   }
-  if (s.cfd >= 0) shutdown(s.cfd, SHUT_RDWR);
-  if (s.ofd >= 0) shutdown(s.ofd, SHUT_RDWR);
+  if (s.reset) {
+    // A reset is passed on as a reset: no FIN first (shutdown would send one).
+    linger l{1, 0};
+    if (s.cfd >= 0) setsockopt(s.cfd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    if (s.ofd >= 0) setsockopt(s.ofd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  } else {
+    if (s.cfd >= 0) shutdown(s.cfd, SHUT_RDWR);
+    if (s.ofd >= 0) shutdown(s.ofd, SHUT_RDWR);
+  }
 }
 
 void Worker::finish_close(uint32_t slot) {
@@ -575,8 +593,7 @@ void Worker::scan(Nanos t) {
         session::PreludeEvent ev = ps.prelude->on_time(t);
         if (ev.kind == session::PreludeEvent::Kind::kClose) {
           bump(counters_.prelude_end[size_t(ev.end)]);
-          s.close_after_send = true;
-          if (!queue_out(i, ev.to_client) || ev.to_client.empty()) begin_close(i, false);
+          send_then_close(i, ev.to_client);
         }
       }
     } else if ((s.state == State::kReplay || s.state == State::kGreeting) &&

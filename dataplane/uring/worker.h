@@ -176,6 +176,8 @@ class Worker {
   void arm_recv_client(uint32_t slot);
   void flush_out(uint32_t slot);
   bool queue_out(uint32_t slot, std::string_view bytes);
+  // Sends `bytes` (may be empty) after whatever is queued, then closes.
+  void send_then_close(uint32_t slot, std::string_view bytes);
   void on_cqe(const io_uring_cqe* cqe);
   void recycle(uint16_t bid);
 

@@ -86,8 +86,7 @@ void Worker::drive_prelude(uint32_t slot) {
         break;
       case session::PreludeEvent::Kind::kClose:
         bump(counters_.prelude_end[size_t(ev.end)]);
-        s.close_after_send = true;
-        if (ev.to_client.empty() || !queue_out(slot, ev.to_client)) begin_close(slot, false);
+        send_then_close(slot, ev.to_client);
         return;
       case session::PreludeEvent::Kind::kBind:
         resolve(slot);
@@ -131,8 +130,11 @@ void Worker::close_with_error(uint32_t slot, std::string_view message, std::stri
   char buf[1024];
   auto frame = session::build_error(std::span<char>(buf, sizeof buf), v,
                                     session::ErrorFrame{message, detail, {}, {}});
-  s.close_after_send = true;
-  if (!frame || !queue_out(slot, *frame)) begin_close(slot, false);
+  if (!frame) {
+    begin_close(slot, false);
+    return;
+  }
+  send_then_close(slot, *frame);
 }
 
 void Worker::connect_owner(uint32_t slot, const RouteDecision& d) {
@@ -278,15 +280,13 @@ void Worker::on_recv_owner(uint32_t slot, int res) {
     }
     case session::GreetingResult::Kind::kForwardError:
       bump(counters_.owner_error);
-      s.close_after_send = true;
-      if (!queue_out(slot, g.to_client)) begin_close(slot, false);
+      send_then_close(slot, g.to_client);
       return;
     case session::GreetingResult::Kind::kProtocolError:
       bump(counters_.owner_protocol);
       log_(LogLevel::kWarn, "owner_protocol_error",
            {{{"node", parts_.router->node_name(s.node)}, {"reason", g.reason}}});
-      s.close_after_send = true;
-      if (!queue_out(slot, g.to_client)) begin_close(slot, false);
+      send_then_close(slot, g.to_client);
       return;
   }
 }

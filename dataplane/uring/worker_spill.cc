@@ -172,8 +172,7 @@ bool Worker::act_spill(uint32_t slot, const session::SpillEvent& ev) {
       return true;
     case session::SpillEvent::Kind::kClose:
       bump(counters_.spill_end[size_t(ev.end)]);
-      s.close_after_send = true;
-      if (ev.to_client.empty() || !queue_out(slot, ev.to_client)) begin_close(slot, false);
+      send_then_close(slot, ev.to_client);
       return true;
     default:
       return true;

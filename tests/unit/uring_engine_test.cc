@@ -358,9 +358,19 @@ class FakeSink final : public SpillSink {
     return records_;
   }
 
+  // The next `n` appends answer kBusy.
+  void busy_for(int n) {
+    std::lock_guard<std::mutex> l(mu_);
+    busy_left_ = n;
+  }
+
   Result append(uint64_t token, std::string_view vhost, std::string_view queue,
                 std::string_view headers, std::string_view body, std::string_view*) override {
     std::lock_guard<std::mutex> l(mu_);
+    if (busy_left_ > 0) {
+      --busy_left_;
+      return Result::kBusy;
+    }
     records_.push_back(
         Record{std::string(vhost), std::string(queue), std::string(headers), std::string(body)});
     queued_.push_back(Done{token, true, {}});
@@ -393,6 +403,7 @@ class FakeSink final : public SpillSink {
   int efd_ = -1;
   bool holding_ = false;
   bool armed_ = false;
+  int busy_left_ = 0;
   std::deque<Done> queued_;
   std::vector<Record> records_;
 };
@@ -432,13 +443,13 @@ std::optional<std::string> header_of(std::string_view f, std::string_view name) 
   return std::nullopt;
 }
 
-const std::string kConnect =
-    frame("CONNECT", {{"accept-version", "1.0,1.1,1.2"}, {"host", "/"}, {"heart-beat", "10000,10000"}});
+const std::string kConnect = frame(
+    "CONNECT", {{"accept-version", "1.0,1.1,1.2"}, {"host", "/"}, {"heart-beat", "10000,10000"}});
 // What the owner must receive for kConnect: heart-beat forced to 0,0, the version narrowed.
 const std::string kReplayedConnect =
     frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "0,0"}});
-const std::string kSend =
-    frame("SEND", {{"destination", "/queue/q1"}, {"receipt", "r1"}, {"content-length", "5"}}, "hello");
+const std::string kSend = frame(
+    "SEND", {{"destination", "/queue/q1"}, {"receipt", "r1"}, {"content-length", "5"}}, "hello");
 const std::string kSubscribe =
     frame("SUBSCRIBE", {{"destination", "/queue/q1"}, {"id", "0"}, {"ack", "client"}});
 const std::string kOwnerConnected =
@@ -770,9 +781,8 @@ TEST_F(UringEngineTest, OwnerErrorOnConnectIsForwardedAndBothSidesClose) {
   std::optional<Conn> o = owner_.accept();
   ASSERT_TRUE(o);
   ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
-  const std::string error = frame("ERROR",
-                                  {{"message", "access refused"}, {"content-length", "12"}},
-                                  "bad passcode");
+  const std::string error =
+      frame("ERROR", {{"message", "access refused"}, {"content-length", "12"}}, "bad passcode");
   ASSERT_TRUE(o->send_all(error));
   std::optional<std::string> got = c.read_exact(error.size());
   ASSERT_TRUE(got) << "client got: " << c.buffer();
@@ -1091,7 +1101,6 @@ TEST_F(UringEngineTest, SessionsListsSplicedSessionWithQueueAndBytes) {
   EXPECT_TRUE(v.empty());
 }
 
-
 // --- More edges ---------------------------------------------------------------------------------
 
 // The prelude buffer fills in the middle of a receive that also completes the SEND's head: what
@@ -1115,8 +1124,9 @@ TEST_F(UringEngineTest, CarryBeyondThePreludeBufferIsReplayedInOrder) {
   std::mt19937_64 rng(11);
   for (char& ch : body)
     ch = char(rng());
-  const std::string send = frame(
-      "SEND", {{"destination", "/queue/q1"}, {"content-length", std::to_string(body.size())}}, body);
+  const std::string send =
+      frame("SEND", {{"destination", "/queue/q1"}, {"content-length", std::to_string(body.size())}},
+            body);
   std::atomic<bool> sent_ok{false};
   std::thread writer([&] { sent_ok = c.send_all(send, 20s); });
   std::optional<Conn> o = owner_.accept();
@@ -1155,8 +1165,8 @@ TEST_F(UringEngineTest, SpillHandlesManyPipelinedSendsInOrder) {
   std::optional<std::string> receipts = c.read_exact(expected_receipts.size(), 20s);
   writer.join();
   EXPECT_TRUE(sent_ok.load());
-  ASSERT_TRUE(receipts) << "client got " << c.buffer().size() << " of "
-                        << expected_receipts.size() << " bytes of receipts";
+  ASSERT_TRUE(receipts) << "client got " << c.buffer().size() << " of " << expected_receipts.size()
+                        << " bytes of receipts";
   EXPECT_TRUE(*receipts == expected_receipts);
   std::vector<FakeSink::Record> records = sink_.records();
   ASSERT_EQ(records.size(), size_t(kSends));
@@ -1259,9 +1269,10 @@ TEST_F(UringEngineTest, SessionsMaxHoldsAcrossWorkers) {
   FakeRouter router2;
   FakeSink sink2;
   std::string error;
-  engine_ = Engine::open(options_, config_,
-                         {WorkerParts{&router_, &sink_, &hooks_}, WorkerParts{&router2, &sink2, &hooks_}},
-                         nullptr_log(), &error);
+  engine_ =
+      Engine::open(options_, config_,
+                   {WorkerParts{&router_, &sink_, &hooks_}, WorkerParts{&router2, &sink2, &hooks_}},
+                   nullptr_log(), &error);
   if (!engine_ && error.find("io_uring") != std::string::npos) GTEST_SKIP() << error;
   ASSERT_TRUE(engine_) << error;
   engine_->start();
@@ -1303,6 +1314,99 @@ TEST_F(UringEngineTest, ReceiveBufferShortageIsRetried) {
     ASSERT_TRUE(got) << "client " << i << " got: " << cs[size_t(i)].buffer();
     EXPECT_EQ(command_of(*got), "CONNECTED");
   }
+}
+
+// CONNECT and DISCONNECT (no receipt) in one write: the CONNECTED already queued for the client
+// must still be sent before the close.
+TEST_F(UringEngineTest, PreludeDisconnectDoesNotDropTheQueuedConnected) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c = client();
+  ASSERT_TRUE(c.send_all(kConnect + frame("DISCONNECT", {})));
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(command_of(*got), "CONNECTED");
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+TEST_F(UringEngineTest, SpillSessionsMaxRefusesWithError) {
+  options_.spill_sessions_max = 1;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  Conn a;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&a));
+  ASSERT_TRUE(a.send_all(kSend));
+  ASSERT_TRUE(a.read_frame());
+  Conn b;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&b));
+  ASSERT_TRUE(b.send_all(kSend));
+  std::optional<std::string> got = b.read_frame();
+  ASSERT_TRUE(got) << "client got: " << b.buffer();
+  EXPECT_EQ(header_of(*got, "message"), "owner unavailable, retry later") << *got;
+  EXPECT_EQ(b.wait_end(), Conn::End::kEof);
+  EXPECT_EQ(counters().refused_spill_max.load(), 1u);
+}
+
+TEST_F(UringEngineTest, PreludeSessionsMaxRefusesWithError) {
+  options_.prelude_sessions_max = 1;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn a = client();
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 1; }));
+  Conn b = client();
+  std::optional<std::string> got = b.read_frame();
+  ASSERT_TRUE(got) << "client got: " << b.buffer();
+  EXPECT_EQ(header_of(*got, "message"), "too many sessions in prelude") << *got;
+  EXPECT_EQ(b.wait_end(), Conn::End::kEof);
+  EXPECT_EQ(counters().refused_prelude_max.load(), 1u);
+}
+
+TEST_F(UringEngineTest, PreludeIdleTimeoutGetsError) {
+  config_.prelude_idle_timeout_ns = 300 * session::kNanosPerMilli;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  std::optional<std::string> got = c.read_frame(3s);
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(header_of(*got, "message"), "prelude idle timeout") << *got;
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+}
+
+TEST_F(UringEngineTest, SpillRefusesBadCredentialsAndAcl) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  hooks_.authenticate_ok = false;
+  Conn a;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&a));
+  ASSERT_TRUE(a.send_all(kSend));
+  std::optional<std::string> got = a.read_frame();
+  ASSERT_TRUE(got) << "client got: " << a.buffer();
+  EXPECT_EQ(header_of(*got, "message"), "authentication failed") << *got;
+  EXPECT_EQ(a.wait_end(), Conn::End::kEof);
+  hooks_.authenticate_ok = true;
+  hooks_.authorize_ok = false;
+  Conn b;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&b));
+  ASSERT_TRUE(b.send_all(kSend));
+  got = b.read_frame();
+  ASSERT_TRUE(got) << "client got: " << b.buffer();
+  EXPECT_EQ(header_of(*got, "message"), "access refused") << *got;
+  EXPECT_EQ(b.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(sink_.records().empty());
+}
+
+TEST_F(UringEngineTest, SpillAppendBusyIsRetried) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  sink_.busy_for(3);
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  EXPECT_EQ(sink_.records().size(), 1u);
+  EXPECT_GE(counters().appends_busy.load(), 1u);
 }
 
 }  // namespace
