@@ -14,19 +14,16 @@ import os
 import random
 import resource
 import selectors
-import shutil
 import socket
 import struct
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rabbit_cluster import shared_cluster  # noqa: E402
 from gateway_util import (Failure, RawStomp, Sluiced, base_config, check,  # noqa: E402
                           close_quietly, cluster_nodes, connect_frame, consume, frame,
-                          free_port, node_section, pin_section, raw_connected, say,
+                          free_port, node_section, pin_section, raw_connected, run_main, say,
                           send_receipted, stomp_client, wait_until)
 
 PREFIX = "sluice-gwbad-%d-" % os.getpid()
@@ -434,35 +431,7 @@ connect_timeout_ms = {CONNECT_TIMEOUT_MS}"""
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    work = tempfile.mkdtemp(prefix="sluice-gwbad-")
-    run = None
-    ok = False
-    try:
-        cluster = shared_cluster()
-        run = Run(sys.argv[1], sys.argv[2], cluster, work)
-        run.run()
-        ok = True
-    except Failure as e:
-        print(f"FAILED: {e}", file=sys.stderr)
-        if run and run.gw:
-            print("sluiced log (tail):\n" + run.gw.log_tail(), file=sys.stderr)
-    finally:
-        if run:
-            try:
-                if run.gw and run.gw.proc:
-                    run.gw.stop()
-            except Failure as e:
-                print(f"FAILED: {e}", file=sys.stderr)
-                ok = False
-            run.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
-    if ok:
-        print("gateway_bad_input: ok")
-        return 0
-    return 1
+    return run_main(__doc__, "sluice-gwbad-", "gateway_bad_input", Run)
 
 
 if __name__ == "__main__":

@@ -18,19 +18,17 @@ Attaches to the cluster named by $SLUICE_RABBIT_CLUSTER (tools/dev/test starts o
 whole run) or starts a private one. Nodes stopped here are always started again.
 """
 
+import contextlib
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rabbit_cluster import shared_cluster  # noqa: E402
 from gateway_util import (Failure, RawStomp, Sluiced, add_spill_user, base_config,  # noqa: E402
-                          check, close_quietly, cluster_nodes, connect_frame, consume, frame,
-                          free_port, raw_connected, say, send_receipted, sluice_node_index,
-                          stomp_client, wait_until)
+                          check, close_quietly, cluster_nodes, connect_frame, consume,
+                          disconnect_with_receipt, frame, free_port, raw_connected, run_main,
+                          say, send_receipted, sluice_node_index, stomp_client, wait_until)
 
 PREFIX = "sluice-gw-%d-" % os.getpid()
 PLACED_QUEUES = 8  # (a): enough that both nodes get some (more are added if not)
@@ -256,11 +254,7 @@ class Run:
             diff = next((i for i, (a, b) in enumerate(zip(msg.body, body)) if a != b), None)
             check(msg.body == body, f"binary body changed: {len(msg.body)} bytes, "
                   f"first difference at {diff}")
-            r.send(frame("DISCONNECT", [("receipt", "r-disc")], eol=b"\r\n"))
-            f = r.read_frame()
-            check(f and f.command == "RECEIPT" and f.headers.get("receipt-id") == "r-disc",
-                  f"CRLF DISCONNECT: got {f}")
-            r.wait_closed()
+            disconnect_with_receipt(r, "r-disc", "CRLF DISCONNECT", eol=b"\r\n")
         finally:
             r.close()
         say("ok (e): CRLF frames and a 1 KiB binary body (bytes 0..255) with content-length")
@@ -308,11 +302,7 @@ class Run:
         # DISCONNECT before any destination: the gateway answers it.
         r = raw_connected(gw.port, self.login, self.passcode)
         try:
-            r.send(frame("DISCONNECT", [("receipt", "r-early")]))
-            f = r.read_frame()
-            check(f and f.command == "RECEIPT" and f.headers.get("receipt-id") == "r-early",
-                  f"DISCONNECT in prelude: {f}")
-            r.wait_closed()
+            disconnect_with_receipt(r, "r-early", "DISCONNECT in prelude")
         finally:
             r.close()
         say("ok (e): receipts for BEGIN, SUBSCRIBE, SEND, COMMIT, ACK, UNSUBSCRIBE, DISCONNECT "
@@ -358,10 +348,11 @@ class Run:
 
     # -- (c) owner down and back --------------------------------------------------------------
 
-    def case_owner_down(self):
+    @contextlib.contextmanager
+    def owner_down(self, q):
+        """Places q and creates it on its owner, then stops the owner until the block ends (once
+        sluiced sees it down). Yields the owner's name."""
         gw = self.gw
-        q = self.queue_name("c")
-        # Place q and create it on its owner.
         c, lis = stomp_client(gw.port, self.login, self.passcode)
         try:
             c.subscribe(destination="/queue/" + q, id="1", ack="auto")
@@ -375,6 +366,14 @@ class Run:
         try:
             wait_until(f"sluiced to see {owner} down", 10,
                        lambda: gw.node_health(owner) == "down")
+            yield owner
+        finally:
+            self.start_node(idx)
+
+    def case_owner_down(self):
+        gw = self.gw
+        q = self.queue_name("c")
+        with self.owner_down(q) as owner:
             # A consumer: ERROR, then close.
             c, lis = stomp_client(gw.port, self.login, self.passcode)
             try:
@@ -396,8 +395,6 @@ class Run:
                       f"producer {p.name} with the owner down: {len(p.confirmed)} receipts, "
                       f"errors {p.error_messages}, failure {p.failure}")
             spilled = {p.name: len(p.confirmed) for p in producers}
-        finally:
-            self.start_node(idx)
         try:
             try:
                 wait_until("every producer to be told to reconnect", 20,
@@ -454,19 +451,7 @@ class Run:
     def case_kill9(self):
         gw = self.gw
         q = self.queue_name("d")
-        c, lis = stomp_client(gw.port, self.login, self.passcode)
-        try:
-            c.subscribe(destination="/queue/" + q, id="1", ack="auto")
-            wait_until(f"queue {q} in RabbitMQ", 10, lambda: self.rabbit_home(q))
-        finally:
-            close_quietly(c)
-        gw.wait_idle()
-        owner = self.owner_of(q)["node"]
-        idx = sluice_node_index(owner)
-        self.stop_node(idx)
-        try:
-            wait_until(f"sluiced to see {owner} down", 10,
-                       lambda: gw.node_health(owner) == "down")
+        with self.owner_down(q):
             p = Producer(gw.port, self.login, self.passcode, q, "K", reconnect=False)
             p.start()
             wait_until("50 receipts from the spill log", 20,
@@ -485,8 +470,6 @@ class Run:
             check(backlog >= len(p.confirmed),
                   f"after restart the spill log holds {backlog} messages, "
                   f"{len(p.confirmed)} were receipted")
-        finally:
-            self.start_node(idx)
         self.wait_drained()
         self.check_delivered(q, [p])
         gw.wait_idle()
@@ -619,35 +602,7 @@ class Producer(threading.Thread):
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    work = tempfile.mkdtemp(prefix="sluice-gw-")
-    run = None
-    ok = False
-    try:
-        cluster = shared_cluster()
-        run = Run(sys.argv[1], sys.argv[2], cluster, work)
-        run.run()
-        ok = True
-    except Failure as e:
-        print(f"FAILED: {e}", file=sys.stderr)
-        if run and run.gw:
-            print("sluiced log (tail):\n" + run.gw.log_tail(), file=sys.stderr)
-    finally:
-        if run:
-            try:
-                if run.gw:
-                    run.gw.stop()
-            except Failure as e:
-                print(f"FAILED: {e}", file=sys.stderr)
-                ok = False
-            run.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
-    if ok:
-        print("gateway: ok")
-        return 0
-    return 1
+    return run_main(__doc__, "sluice-gw-", "gateway", Run)
 
 
 if __name__ == "__main__":

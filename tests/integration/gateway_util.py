@@ -7,9 +7,12 @@ Every wait is bounded in time; every process started here is ended here, by PID.
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 
@@ -53,6 +56,42 @@ def free_port():
         if port != 27200:
             return port
     raise Failure("no free port")
+
+
+def run_main(doc, work_prefix, name, run_class):
+    """The main() of a gateway test: argv is SLUICED SLUICECTL; run_class(sluiced, sluicectl,
+    cluster, work) builds the test's Run on the shared RabbitMQ cluster, whose run() is the test
+    and cleanup() its clean-up. On a Failure the sluiced log's tail is printed; sluiced is always
+    stopped and the work dir removed."""
+    from rabbit_cluster import shared_cluster
+    if len(sys.argv) != 3:
+        print(doc, file=sys.stderr)
+        return 2
+    work = tempfile.mkdtemp(prefix=work_prefix)
+    run = None
+    ok = False
+    try:
+        run = run_class(sys.argv[1], sys.argv[2], shared_cluster(), work)
+        run.run()
+        ok = True
+    except Failure as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        if run and run.gw:
+            print("sluiced log (tail):\n" + run.gw.log_tail(), file=sys.stderr)
+    finally:
+        if run:
+            try:
+                if run.gw:
+                    run.gw.stop()
+            except Failure as e:
+                print(f"FAILED: {e}", file=sys.stderr)
+                ok = False
+            run.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+    if ok:
+        print(f"{name}: ok")
+        return 0
+    return 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,6 +512,15 @@ class RawStomp:
             self.sock.close()
         except OSError:
             pass
+
+
+def disconnect_with_receipt(r, receipt, what, eol=b"\n"):
+    """DISCONNECT with a receipt on the RawStomp r: that RECEIPT comes back, then EOF."""
+    r.send(frame("DISCONNECT", [("receipt", receipt)], eol=eol))
+    f = r.read_frame()
+    check(f and f.command == "RECEIPT" and f.headers.get("receipt-id") == receipt,
+          f"{what}: got {f}")
+    r.wait_closed()
 
 
 def connect_frame(login, passcode, version="1.2", eol=b"\n", extra=()):

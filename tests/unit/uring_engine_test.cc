@@ -61,6 +61,39 @@ sockaddr_in loopback(uint16_t port) {
   return a;
 }
 
+// A TCP socket bound to a port of the kernel's choice on loopback, not listening yet; the port in
+// *port.
+int bound_loopback_socket(uint16_t* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = loopback(0);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+// `n` bytes (a multiple of 8) from a generator seeded with `seed`.
+std::string random_bytes(size_t n, uint64_t seed) {
+  std::string out(n, '\0');
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&out[i], &v, 8);
+  }
+  return out;
+}
+
+// A CONNECT with `headers` (each ending in a newline), then `n` padding headers of `len` bytes.
+std::string padded_connect(std::string_view headers, int n, size_t len) {
+  std::string connect = "CONNECT\n" + std::string(headers);
+  for (int i = 0; i < n; ++i)
+    connect += "x-pad" + std::to_string(i) + ":" + std::string(len, 'p') + "\n";
+  connect += "\n";
+  connect.push_back('\0');
+  return connect;
+}
+
 // One end of a TCP connection with bounded reads and writes. Bytes read are kept in buffer()
 // until taken, so frames and raw bytes can be read in any mix.
 class Conn {
@@ -192,12 +225,7 @@ Conn connect_to(uint16_t port) {
 class FakeOwner {
  public:
   FakeOwner() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a = loopback(0);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = bound_loopback_socket(&port_);
     EXPECT_EQ(::listen(fd_, 16), 0);
   }
   ~FakeOwner() { ::close(fd_); }
@@ -222,14 +250,7 @@ class FakeOwner {
 // is refused.
 class ClosedPort {
  public:
-  ClosedPort() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a = loopback(0);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-  }
+  ClosedPort() { fd_ = bound_loopback_socket(&port_); }
   ~ClosedPort() { ::close(fd_); }
   sockaddr_in addr() const { return loopback(port_); }
 
@@ -243,14 +264,10 @@ class ClosedPort {
 class FullListener {
  public:
   FullListener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a = loopback(0);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    fd_ = bound_loopback_socket(&port_);
     EXPECT_EQ(::listen(fd_, 0), 0);
     // Fill the queue until a connect hangs (bounded).
+    sockaddr_in a = loopback(port_);
     for (int i = 0; i < 16; ++i) {
       int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
       fillers_.push_back(c);
@@ -514,18 +531,69 @@ class UringEngineTest : public ::testing::Test {
     ASSERT_EQ(command_of(*connected), "CONNECTED") << *connected;
   }
 
-  // Client CONNECT + SEND (receipt r1) through the gateway to the owner, which answers CONNECTED
-  // (stripped) and the RECEIPT, which the client receives. The session is spliced afterwards.
-  void splice(Conn* c, Conn* o) {
+  // The engine started, the route set to spill, and a new client past CONNECTED.
+  void start_spilling(Conn* c) {
+    ASSERT_NO_FATAL_FAILURE(start_engine());
+    router_.set_spill();
+    ASSERT_NO_FATAL_FAILURE(connect_client(c));
+  }
+
+  // The engine started; a new client past CONNECTED sends `first` with the route set to the
+  // owner: the gateway connects to the owner (accepted into *o), which reads the replay,
+  // kReplayedConnect + `first` (into *replay when given).
+  void start_and_reach_owner(Conn* c, Conn* o, const std::string& first = kSend,
+                             std::string* replay = nullptr) {
+    ASSERT_NO_FATAL_FAILURE(start_engine());
     router_.set_direct(owner_.addr());
     ASSERT_NO_FATAL_FAILURE(connect_client(c));
-    ASSERT_TRUE(c->send_all(kSend));
+    ASSERT_TRUE(c->send_all(first));
     std::optional<Conn> accepted = owner_.accept();
     ASSERT_TRUE(accepted) << "the gateway did not connect to the owner";
     *o = std::move(*accepted);
-    std::optional<std::string> replay = o->read_exact(kReplayedConnect.size() + kSend.size());
-    ASSERT_TRUE(replay) << "owner got: " << o->buffer();
-    ASSERT_EQ(*replay, kReplayedConnect + kSend);
+    std::optional<std::string> got = o->read_exact(kReplayedConnect.size() + first.size());
+    ASSERT_TRUE(got) << "owner got: " << o->buffer();
+    if (replay) *replay = std::move(*got);
+  }
+
+  // Closes `c` with a reset (SO_LINGER 0) instead of a FIN.
+  static void close_with_reset(Conn& c) {
+    linger l{1, 0};
+    ASSERT_EQ(::setsockopt(c.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l), 0);
+    c.close();
+  }
+
+  // The next frame `c` reads is an ERROR with this message, then EOF (each within `limit`).
+  void expect_error_then_eof(Conn& c, const std::string& message,
+                             std::chrono::milliseconds limit = kWait) {
+    std::optional<std::string> got = c.read_frame(limit);
+    ASSERT_TRUE(got) << "client got: " << c.buffer();
+    EXPECT_EQ(command_of(*got), "ERROR") << *got;
+    EXPECT_EQ(header_of(*got, "message"), message) << *got;
+    EXPECT_EQ(c.wait_end(limit), Conn::End::kEof);
+  }
+
+  // With a limit of two sessions (set by the caller): two held, a third refused with `message`;
+  // once one of the two ends, a new session is let in.
+  void expect_third_refused_until_a_slot_frees(const std::string& message) {
+    ASSERT_NO_FATAL_FAILURE(start_engine());
+    Conn a = client();
+    Conn b = client();
+    ASSERT_TRUE(wait_until(kWait, [&] { return active() == 2; }));
+    Conn third = client();
+    ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(third, message));
+    a.close();
+    ASSERT_TRUE(wait_until(kWait, [&] { return active() == 1; }));
+    Conn d;
+    ASSERT_NO_FATAL_FAILURE(connect_client(&d));
+  }
+
+  // The engine started; client CONNECT + SEND (receipt r1) through the gateway to the owner,
+  // which answers CONNECTED (stripped) and the RECEIPT, which the client receives. The session is
+  // spliced afterwards.
+  void start_and_splice(Conn* c, Conn* o) {
+    std::string replay;
+    ASSERT_NO_FATAL_FAILURE(start_and_reach_owner(c, o, kSend, &replay));
+    ASSERT_EQ(replay, kReplayedConnect + kSend);
     ASSERT_TRUE(o->send_all(kOwnerConnected));
     ASSERT_TRUE(wait_until(kWait, [&] { return counters().splicing.load() == 1; }));
     ASSERT_TRUE(o->send_all(kReceipt));
@@ -584,18 +652,12 @@ TEST_F(UringEngineTest, SpliceReplaysConnectStripsOwnerConnectedAndRelaysReceipt
 }
 
 TEST_F(UringEngineTest, SpliceRelaysEightMebibytesExactlyBothWays) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
   Conn o;
-  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
 
   constexpr size_t kBulk = 8u << 20;
-  std::string data(kBulk, '\0');
-  std::mt19937_64 rng(42);
-  for (size_t i = 0; i < kBulk; i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&data[i], &v, 8);
-  }
+  const std::string data = random_bytes(kBulk, 42);
   // The owner echoes what it reads; the client writes from one thread and reads here.
   std::string owner_got;
   std::atomic<bool> echo_ok{true};
@@ -637,10 +699,7 @@ TEST_F(UringEngineTest, BytesPipelinedBehindTheSendReachTheOwnerInOrder) {
   router_.set_direct(owner_.addr());
   // CONNECT, SEND and 1 MiB more in one go, before the gateway has even answered: part lands in
   // the prelude buffer, part is left in the socket for the splice.
-  std::string tail(1u << 20, '\0');
-  std::mt19937_64 rng(7);
-  for (char& ch : tail)
-    ch = char(rng());
+  const std::string tail = random_bytes(1u << 20, 7);
   Conn c = client();
   std::atomic<bool> sent_ok{false};
   std::thread writer([&] { sent_ok = c.send_all(kConnect + kSend + tail, 20s); });
@@ -663,44 +722,38 @@ TEST_F(UringEngineTest, BytesPipelinedBehindTheSendReachTheOwnerInOrder) {
 }
 
 TEST_F(UringEngineTest, OwnerBytesThatCameWithConnectedReachTheClient) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_direct(owner_.addr());
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
-  ASSERT_TRUE(c.send_all(kSubscribe));
-  std::optional<Conn> o = owner_.accept();
-  ASSERT_TRUE(o);
-  std::optional<std::string> replay = o->read_exact(kReplayedConnect.size() + kSubscribe.size());
-  ASSERT_TRUE(replay);
-  EXPECT_EQ(*replay, kReplayedConnect + kSubscribe);
+  Conn o;
+  std::string replay;
+  ASSERT_NO_FATAL_FAILURE(start_and_reach_owner(&c, &o, kSubscribe, &replay));
+  EXPECT_EQ(replay, kReplayedConnect + kSubscribe);
   const std::string message = frame("MESSAGE",
                                     {{"destination", "/queue/q1"},
                                      {"message-id", "m1"},
                                      {"subscription", "0"},
                                      {"content-length", "3"}},
                                     "abc");
-  ASSERT_TRUE(o->send_all(kOwnerConnected + message));
+  ASSERT_TRUE(o.send_all(kOwnerConnected + message));
   std::optional<std::string> got = c.read_frame();
   ASSERT_TRUE(got) << "client got: " << c.buffer();
   EXPECT_EQ(*got, message);
   // The splice runs afterwards, both ways.
   const std::string ack = frame("ACK", {{"id", "m1"}});
   ASSERT_TRUE(c.send_all(ack));
-  std::optional<std::string> ack_got = o->read_exact(ack.size());
+  std::optional<std::string> ack_got = o.read_exact(ack.size());
   ASSERT_TRUE(ack_got);
   EXPECT_EQ(*ack_got, ack);
   const std::string second = frame("MESSAGE", {{"destination", "/queue/q1"}, {"message-id", "m2"}});
-  ASSERT_TRUE(o->send_all(second));
+  ASSERT_TRUE(o.send_all(second));
   std::optional<std::string> got2 = c.read_frame();
   ASSERT_TRUE(got2);
   EXPECT_EQ(*got2, second);
 }
 
 TEST_F(UringEngineTest, HalfCloseFromClientPassesOnAndOwnerCanStillAnswer) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
   Conn o;
-  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
   ASSERT_EQ(::shutdown(c.fd(), SHUT_WR), 0);
   EXPECT_EQ(o.wait_end(), Conn::End::kEof) << "the owner did not read EOF";
   EXPECT_TRUE(o.buffer().empty());
@@ -720,10 +773,9 @@ TEST_F(UringEngineTest, HalfCloseFromClientPassesOnAndOwnerCanStillAnswer) {
 }
 
 TEST_F(UringEngineTest, HalfCloseFromOwnerPassesOnAndClientCanStillSend) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
   Conn o;
-  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
   ASSERT_EQ(::shutdown(o.fd(), SHUT_WR), 0);
   EXPECT_EQ(c.wait_end(), Conn::End::kEof) << "the client did not read EOF";
   const std::string late = frame("SEND", {{"destination", "/queue/q1"}}, "x");
@@ -737,16 +789,13 @@ TEST_F(UringEngineTest, HalfCloseFromOwnerPassesOnAndClientCanStillSend) {
 }
 
 TEST_F(UringEngineTest, ClientResetMidSpliceEndsTheOwnerSide) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
   Conn o;
-  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
   ASSERT_TRUE(c.send_all(std::string(1000, 'x')));
   ASSERT_TRUE(o.read_exact(1000));
-  linger l{1, 0};
-  ASSERT_EQ(::setsockopt(c.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l), 0);
   const auto t0 = Clock::now();
-  c.close();
+  ASSERT_NO_FATAL_FAILURE(close_with_reset(c));
   Conn::End end = o.wait_end();
   EXPECT_TRUE(end == Conn::End::kReset || end == Conn::End::kEof) << int(end);
   EXPECT_LT(Clock::now() - t0, 2s);
@@ -757,13 +806,10 @@ TEST_F(UringEngineTest, ClientResetMidSpliceEndsTheOwnerSide) {
 // DESIGN section 3: "half-close and reset are propagated". A client's reset must reach the owner
 // as a reset, not as an orderly end of stream.
 TEST_F(UringEngineTest, ClientResetReachesTheOwnerAsReset) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
   Conn o;
-  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
-  linger l{1, 0};
-  ASSERT_EQ(::setsockopt(c.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l), 0);
-  c.close();
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
+  ASSERT_NO_FATAL_FAILURE(close_with_reset(c));
   ASSERT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
   Conn::End end = o.wait_end();
   EXPECT_EQ(end, Conn::End::kReset) << "the owner read an orderly EOF (FIN) for a client reset";
@@ -773,23 +819,18 @@ TEST_F(UringEngineTest, ClientResetReachesTheOwnerAsReset) {
 // --- The owner's first frame ------------------------------------------------------------------
 
 TEST_F(UringEngineTest, OwnerErrorOnConnectIsForwardedAndBothSidesClose) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_direct(owner_.addr());
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
-  ASSERT_TRUE(c.send_all(kSend));
-  std::optional<Conn> o = owner_.accept();
-  ASSERT_TRUE(o);
-  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(start_and_reach_owner(&c, &o));
   const std::string error =
       frame("ERROR", {{"message", "access refused"}, {"content-length", "12"}}, "bad passcode");
-  ASSERT_TRUE(o->send_all(error));
+  ASSERT_TRUE(o.send_all(error));
   std::optional<std::string> got = c.read_exact(error.size());
   ASSERT_TRUE(got) << "client got: " << c.buffer();
   EXPECT_EQ(*got, error);
   EXPECT_EQ(c.wait_end(), Conn::End::kEof);
   EXPECT_TRUE(c.buffer().empty()) << "after the ERROR: " << c.buffer();
-  Conn::End owner_end = o->wait_end();
+  Conn::End owner_end = o.wait_end();
   EXPECT_TRUE(owner_end == Conn::End::kEof || owner_end == Conn::End::kReset);
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
   EXPECT_EQ(counters().owner_error.load(), 1u);
@@ -797,15 +838,10 @@ TEST_F(UringEngineTest, OwnerErrorOnConnectIsForwardedAndBothSidesClose) {
 }
 
 TEST_F(UringEngineTest, OwnerGarbageInsteadOfConnectedClosesWithError) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_direct(owner_.addr());
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
-  ASSERT_TRUE(c.send_all(kSend));
-  std::optional<Conn> o = owner_.accept();
-  ASSERT_TRUE(o);
-  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
-  ASSERT_TRUE(o->send_all(frame("MESSAGE", {{"destination", "/queue/q1"}})));
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(start_and_reach_owner(&c, &o));
+  ASSERT_TRUE(o.send_all(frame("MESSAGE", {{"destination", "/queue/q1"}})));
   std::optional<std::string> got = c.read_frame();
   ASSERT_TRUE(got) << "client got: " << c.buffer();
   EXPECT_EQ(command_of(*got), "ERROR") << *got;
@@ -816,15 +852,10 @@ TEST_F(UringEngineTest, OwnerGarbageInsteadOfConnectedClosesWithError) {
 
 TEST_F(UringEngineTest, OwnerThatNeverAnswersGetsTheClientAnErrorAfterConnectTimeout) {
   options_.connect_timeout_ms = 300;
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_direct(owner_.addr());
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
-  ASSERT_TRUE(c.send_all(kSend));
-  std::optional<Conn> o = owner_.accept();
-  ASSERT_TRUE(o);
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(start_and_reach_owner(&c, &o));
   const auto t0 = Clock::now();
-  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
   std::optional<std::string> got = c.read_frame(3s);
   const auto elapsed = Clock::now() - t0;
   ASSERT_TRUE(got) << "no ERROR within 3 s; client got: " << c.buffer();
@@ -883,10 +914,8 @@ TEST_F(UringEngineTest, ConnectRefusedFallsBackToSpillAndReceiptWaitsForDurabili
 }
 
 TEST_F(UringEngineTest, SpillRouteTerminatesTheSessionAtTheGateway) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
   ASSERT_TRUE(c.send_all(kSend));
   std::optional<std::string> receipt = c.read_frame();
   ASSERT_TRUE(receipt) << "client got: " << c.buffer();
@@ -898,26 +927,18 @@ TEST_F(UringEngineTest, SpillRouteTerminatesTheSessionAtTheGateway) {
 }
 
 TEST_F(UringEngineTest, SpillSubscribeGetsErrorAndClose) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
   ASSERT_TRUE(c.send_all(kSubscribe));
-  std::optional<std::string> got = c.read_frame();
-  ASSERT_TRUE(got) << "client got: " << c.buffer();
-  EXPECT_EQ(command_of(*got), "ERROR");
-  EXPECT_EQ(header_of(*got, "message"), "owner unavailable, retry later") << *got;
-  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(c, "owner unavailable, retry later"));
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
   EXPECT_TRUE(sink_.records().empty());
 }
 
 TEST_F(UringEngineTest, SpillSessionEndsWhenTheOwnerIsUpAfterPendingReceipts) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
   sink_.hold();
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
   ASSERT_TRUE(c.send_all(kSend));
   ASSERT_TRUE(wait_until(kWait, [&] { return sink_.records().size() == 1; }));
   router_.set_owner_up(true);
@@ -927,11 +948,7 @@ TEST_F(UringEngineTest, SpillSessionEndsWhenTheOwnerIsUpAfterPendingReceipts) {
   std::optional<std::string> receipt = c.read_frame();
   ASSERT_TRUE(receipt) << "client got: " << c.buffer();
   EXPECT_EQ(*receipt, kReceipt);
-  std::optional<std::string> error = c.read_frame();
-  ASSERT_TRUE(error) << "client got: " << c.buffer();
-  EXPECT_EQ(command_of(*error), "ERROR");
-  EXPECT_EQ(header_of(*error, "message"), "owner available, reconnect") << *error;
-  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(c, "owner available, reconnect"));
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
 }
 
@@ -952,40 +969,15 @@ TEST_F(UringEngineTest, RefusedRouteGetsErrorWithTheRoutersMessage) {
 
 TEST_F(UringEngineTest, SessionsMaxRefusesTheThirdConnectionWithError) {
   options_.sessions_max = 2;
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  Conn a = client();
-  Conn b = client();
-  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 2; }));
-  Conn third = client();
-  std::optional<std::string> got = third.read_frame();
-  ASSERT_TRUE(got) << "third got: " << third.buffer();
-  EXPECT_EQ(command_of(*got), "ERROR");
-  EXPECT_EQ(header_of(*got, "message"), "too many sessions") << *got;
-  EXPECT_EQ(third.wait_end(), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(expect_third_refused_until_a_slot_frees("too many sessions"));
   EXPECT_EQ(counters().refused_sessions_max.load(), 1u);
-  // A slot that frees is taken again.
-  a.close();
-  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 1; }));
-  Conn d;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&d));
 }
 
 TEST_F(UringEngineTest, SessionsPerSourceMaxRefusesWithError) {
   options_.sessions_per_source_max = 2;
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  Conn a = client();
-  Conn b = client();
-  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 2; }));
-  Conn third = client();
-  std::optional<std::string> got = third.read_frame();
-  ASSERT_TRUE(got) << "third got: " << third.buffer();
-  EXPECT_EQ(header_of(*got, "message"), "too many sessions from this address") << *got;
-  EXPECT_EQ(third.wait_end(), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(
+      expect_third_refused_until_a_slot_frees("too many sessions from this address"));
   EXPECT_EQ(counters().refused_per_source.load(), 1u);
-  b.close();
-  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 1; }));
-  Conn d;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&d));
 }
 
 TEST_F(UringEngineTest, PreludeFrameTimeoutGetsError) {
@@ -1009,11 +1001,7 @@ TEST_F(UringEngineTest, ConnectOverPreludeBytesMaxGetsError) {
   Conn c = client();
   // Nine 8000-byte headers: 72 KB, over the default prelude_bytes_max (64 KiB), each line under
   // the header line limit.
-  std::string connect = "CONNECT\naccept-version:1.2\n";
-  for (int i = 0; i < 9; ++i)
-    connect += "x-pad" + std::to_string(i) + ":" + std::string(8000, 'p') + "\n";
-  connect += "\n";
-  connect.push_back('\0');
+  const std::string connect = padded_connect("accept-version:1.2\n", 9, 8000);
   (void)c.send_all(connect);  // the gateway may stop reading before the end
   std::optional<std::string> got = c.read_frame();
   ASSERT_TRUE(got) << "client got " << c.buffer().size() << " bytes: " << c.buffer();
@@ -1027,10 +1015,9 @@ TEST_F(UringEngineTest, ConnectOverPreludeBytesMaxGetsError) {
 // --- Stop and the sessions view ---------------------------------------------------------------
 
 TEST_F(UringEngineTest, StopGivesSplicedSessionsTheGraceThenClosesThem) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
   Conn o;
-  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
   const auto t0 = Clock::now();
   std::atomic<bool> stopped{false};
   std::thread stopper([&] {
@@ -1067,19 +1054,14 @@ TEST_F(UringEngineTest, StopSendsGatewayStoppingToPreludeSessions) {
   const auto t0 = Clock::now();
   engine_->stop(200);
   EXPECT_LT(Clock::now() - t0, 3s);
-  std::optional<std::string> got = c.read_frame(1s);
-  ASSERT_TRUE(got) << "client got: " << c.buffer();
-  EXPECT_EQ(command_of(*got), "ERROR");
-  EXPECT_EQ(header_of(*got, "message"), "gateway stopping") << *got;
-  EXPECT_EQ(c.wait_end(1s), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(c, "gateway stopping", 1s));
   EXPECT_EQ(counters().refused_stopping.load(), 1u);
 }
 
 TEST_F(UringEngineTest, SessionsListsSplicedSessionWithQueueAndBytes) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
   Conn o;
-  ASSERT_NO_FATAL_FAILURE(splice(&c, &o));
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
   size_t total = 0;
   std::vector<SessionView> v = engine_->sessions(10, &total);
   ASSERT_EQ(total, 1u);
@@ -1110,20 +1092,13 @@ TEST_F(UringEngineTest, CarryBeyondThePreludeBufferIsReplayedInOrder) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   router_.set_direct(owner_.addr());
   // A CONNECT of about 60 KiB (8 padding headers), answered before anything else is sent.
-  std::string connect = "CONNECT\naccept-version:1.2\nhost:/\n";
-  for (int i = 0; i < 8; ++i)
-    connect += "x-pad" + std::to_string(i) + ":" + std::string(7600, 'p') + "\n";
-  connect += "\n";
-  connect.push_back('\0');
+  const std::string connect = padded_connect("accept-version:1.2\nhost:/\n", 8, 7600);
   ASSERT_LT(connect.size(), config_.prelude_bytes_max - 1000);
   Conn c;
   ASSERT_NO_FATAL_FAILURE(connect_client(&c, connect));
   // Then a SEND whose head fits, with a 256 KiB body: one write, so one receive takes the end of
   // the prelude buffer and more.
-  std::string body(256u << 10, '\0');
-  std::mt19937_64 rng(11);
-  for (char& ch : body)
-    ch = char(rng());
+  const std::string body = random_bytes(256u << 10, 11);
   const std::string send =
       frame("SEND", {{"destination", "/queue/q1"}, {"content-length", std::to_string(body.size())}},
             body);
@@ -1175,11 +1150,9 @@ TEST_F(UringEngineTest, SpillHandlesManyPipelinedSendsInOrder) {
 }
 
 TEST_F(UringEngineTest, SpillDisconnectReceiptWaitsForEarlierSends) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
   sink_.hold();
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
   const std::string send = frame("SEND", {{"destination", "/queue/q1"}}, "x");
   ASSERT_TRUE(c.send_all(send + frame("DISCONNECT", {{"receipt", "bye"}})));
   ASSERT_TRUE(wait_until(kWait, [&] { return sink_.records().size() == 1; }));
@@ -1195,11 +1168,9 @@ TEST_F(UringEngineTest, SpillDisconnectReceiptWaitsForEarlierSends) {
 // Stop with a spill session whose record is not durable yet: the RECEIPT still comes once it is,
 // then the session ends and stop returns.
 TEST_F(UringEngineTest, StopAnswersPendingSpillReceiptsBeforeEnding) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
   sink_.hold();
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
   ASSERT_TRUE(c.send_all(kSend));
   ASSERT_TRUE(wait_until(kWait, [&] { return sink_.records().size() == 1; }));
   std::atomic<bool> stopped{false};
@@ -1222,20 +1193,11 @@ TEST_F(UringEngineTest, StopAnswersPendingSpillReceiptsBeforeEnding) {
 }
 
 TEST_F(UringEngineTest, OwnerClosingBeforeConnectedGetsTheClientAnError) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_direct(owner_.addr());
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
-  ASSERT_TRUE(c.send_all(kSend));
-  std::optional<Conn> o = owner_.accept();
-  ASSERT_TRUE(o);
-  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
-  o->close();
-  std::optional<std::string> got = c.read_frame();
-  ASSERT_TRUE(got) << "client got: " << c.buffer();
-  EXPECT_EQ(command_of(*got), "ERROR");
-  EXPECT_EQ(header_of(*got, "message"), "owner closed the connection") << *got;
-  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(start_and_reach_owner(&c, &o));
+  o.close();
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(c, "owner closed the connection"));
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
 }
 
@@ -1331,19 +1293,14 @@ TEST_F(UringEngineTest, PreludeDisconnectDoesNotDropTheQueuedConnected) {
 
 TEST_F(UringEngineTest, SpillSessionsMaxRefusesWithError) {
   options_.spill_sessions_max = 1;
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
   Conn a;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&a));
+  ASSERT_NO_FATAL_FAILURE(start_spilling(&a));
   ASSERT_TRUE(a.send_all(kSend));
   ASSERT_TRUE(a.read_frame());
   Conn b;
   ASSERT_NO_FATAL_FAILURE(connect_client(&b));
   ASSERT_TRUE(b.send_all(kSend));
-  std::optional<std::string> got = b.read_frame();
-  ASSERT_TRUE(got) << "client got: " << b.buffer();
-  EXPECT_EQ(header_of(*got, "message"), "owner unavailable, retry later") << *got;
-  EXPECT_EQ(b.wait_end(), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(b, "owner unavailable, retry later"));
   EXPECT_EQ(counters().refused_spill_max.load(), 1u);
 }
 
@@ -1353,10 +1310,7 @@ TEST_F(UringEngineTest, PreludeSessionsMaxRefusesWithError) {
   Conn a = client();
   ASSERT_TRUE(wait_until(kWait, [&] { return active() == 1; }));
   Conn b = client();
-  std::optional<std::string> got = b.read_frame();
-  ASSERT_TRUE(got) << "client got: " << b.buffer();
-  EXPECT_EQ(header_of(*got, "message"), "too many sessions in prelude") << *got;
-  EXPECT_EQ(b.wait_end(), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(b, "too many sessions in prelude"));
   EXPECT_EQ(counters().refused_prelude_max.load(), 1u);
 }
 
@@ -1365,42 +1319,29 @@ TEST_F(UringEngineTest, PreludeIdleTimeoutGetsError) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
   ASSERT_NO_FATAL_FAILURE(connect_client(&c));
-  std::optional<std::string> got = c.read_frame(3s);
-  ASSERT_TRUE(got) << "client got: " << c.buffer();
-  EXPECT_EQ(header_of(*got, "message"), "prelude idle timeout") << *got;
-  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(c, "prelude idle timeout", 3s));
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
 }
 
 TEST_F(UringEngineTest, SpillRefusesBadCredentialsAndAcl) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
   hooks_.authenticate_ok = false;
   Conn a;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&a));
+  ASSERT_NO_FATAL_FAILURE(start_spilling(&a));
   ASSERT_TRUE(a.send_all(kSend));
-  std::optional<std::string> got = a.read_frame();
-  ASSERT_TRUE(got) << "client got: " << a.buffer();
-  EXPECT_EQ(header_of(*got, "message"), "authentication failed") << *got;
-  EXPECT_EQ(a.wait_end(), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(a, "authentication failed"));
   hooks_.authenticate_ok = true;
   hooks_.authorize_ok = false;
   Conn b;
   ASSERT_NO_FATAL_FAILURE(connect_client(&b));
   ASSERT_TRUE(b.send_all(kSend));
-  got = b.read_frame();
-  ASSERT_TRUE(got) << "client got: " << b.buffer();
-  EXPECT_EQ(header_of(*got, "message"), "access refused") << *got;
-  EXPECT_EQ(b.wait_end(), Conn::End::kEof);
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(b, "access refused"));
   EXPECT_TRUE(sink_.records().empty());
 }
 
 TEST_F(UringEngineTest, SpillAppendBusyIsRetried) {
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
   sink_.busy_for(3);
   Conn c;
-  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
   ASSERT_TRUE(c.send_all(kSend));
   std::optional<std::string> receipt = c.read_frame();
   ASSERT_TRUE(receipt) << "client got: " << c.buffer();
