@@ -69,7 +69,7 @@ void read_interval_timeout(const Table& t, uint32_t* interval_ms, uint32_t* time
 
 void read_gateway(const Table& root, GatewayConfig* c) {
   std::optional<Table> t =
-      root.table("gateway", {"id", "state_dir", "workers", "stop_grace_ms", "sqpoll"});
+      root.table("gateway", {"id", "state_dir", "workers", "stop_grace_ms", "sqpoll", "splice"});
   if (!t) return;
   if (auto v = t->string("id")) {
     if (!valid_name(*v)) t->fail_at("id", std::string(kNameRule));
@@ -79,6 +79,15 @@ void read_gateway(const Table& root, GatewayConfig* c) {
   if (auto v = t->integer("workers", 1, kWorkersMax)) c->workers = uint32_t(*v);
   if (auto v = t->integer("stop_grace_ms", 0, kStopGraceMsMax)) c->stop_grace_ms = uint32_t(*v);
   if (auto v = t->boolean("sqpoll")) c->sqpoll = *v;
+  if (auto v = t->string("splice")) {
+    if (*v == "inline") {
+      c->splice_inline = true;
+    } else if (*v == "io_uring") {
+      c->splice_inline = false;
+    } else {
+      t->fail_at("splice", "must be \"inline\" or \"io_uring\"");
+    }
+  }
 }
 
 void read_listen(const Table& root, GatewayConfig* c) {

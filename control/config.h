@@ -97,6 +97,7 @@ struct GatewayConfig {
   uint32_t workers = 1;
   uint32_t stop_grace_ms = 10'000;  // SIGTERM: spliced sessions get this long to finish
   bool sqpoll = false;              // io_uring SQPOLL: a kernel thread polls each worker's ring
+  bool splice_inline = true;        // splice(2) on the worker thread; false: IORING_OP_SPLICE
   // [listen]
   ListenAddress listen{"0.0.0.0", 61613};
   // [admin]

@@ -86,6 +86,8 @@ sluice::uring::EngineOptions engine_options(const GatewayConfig& c) {
   o.connect_timeout_ms = c.connect_timeout_ms;
   o.pipe_bytes = c.pipe_bytes;
   o.sqpoll = c.sqpoll;
+  o.splice = c.splice_inline ? sluice::uring::EngineOptions::SpliceMode::kInline
+                             : sluice::uring::EngineOptions::SpliceMode::kRing;
   return o;
 }
 

@@ -29,7 +29,11 @@ def figures(summary, spec):
 def run_line(run):
     head = f"  {run['arrangement']:<8} #{run['repetition']}"
     if run["failure"]:
-        return f"{head} FAILED: {run['failure']}"
+        f = run.get("figures")
+        measured = ("" if not f or f["msg_s"] is None else
+                    f" (measured, not counted: {f['msg_s']:.0f} msg/s, p99 "
+                    f"{f['p99_us'] or 0:.0f} us)")
+        return f"{head} FAILED: {run['failure']}{measured}"
     f = run["figures"]
     cores = run["cpu_cores"]
     return (f"{head} {f['msg_s']:>10.0f} msg/s {f['mib_s']:>8.1f} MiB/s "

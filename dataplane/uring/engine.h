@@ -53,6 +53,12 @@ struct EngineOptions {
   uint32_t greeting_bytes_max = kGreetingBytesMax;  // the owner's first frame
   uint32_t ring_entries = kRingEntries;
   bool sqpoll = false;  // IORING_SETUP_SQPOLL: a kernel thread polls the submission queue
+  // How spliced bytes move once io_uring's poll says a socket is ready:
+  // kInline: splice(2) socket -> pipe -> socket, non-blocking, on the worker's thread;
+  // kRing: IORING_OP_SPLICE, which the kernel always runs on an io-wq thread (a thread switch
+  // per splice). Both are zero copy; README "Splice modes" has the measured difference.
+  enum class SpliceMode : uint8_t { kInline, kRing };
+  SpliceMode splice = SpliceMode::kInline;
   session::SpillLimits spill_limits;
 
   // Empty when valid; otherwise names the first wrong setting.

@@ -561,7 +561,11 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
       break;
     case Op::kPollIn:
     case Op::kPollIn1:
-      if (res < 0) begin_close(slot, true);  // else the linked splice in follows
+      if (res < 0) {
+        begin_close(slot, true);
+      } else if (options_.splice == EngineOptions::SpliceMode::kInline) {
+        pump(slot, int(op) - int(Op::kPollIn));
+      }  // else the linked splice in follows
       break;
     case Op::kPollOut:
     case Op::kPollOut1:
@@ -569,7 +573,11 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
         begin_close(slot, true);
         break;
       }
-      splice_out(slot, int(op) - int(Op::kPollOut));
+      if (options_.splice == EngineOptions::SpliceMode::kInline) {
+        pump(slot, int(op) - int(Op::kPollOut));
+      } else {
+        splice_out(slot, int(op) - int(Op::kPollOut));
+      }
       break;
     case Op::kSpliceIn:
     case Op::kSpliceIn1:

@@ -215,6 +215,7 @@ class Worker {
   void on_splice_in(uint32_t slot, int d, int res);
   void on_splice_out(uint32_t slot, int d, int res);
   void finish_dir(uint32_t slot, int d);
+  void pump(uint32_t slot, int d);  // SpliceMode::kInline
 
   // worker_spill.cc
   void start_spill(uint32_t slot);

@@ -1,7 +1,8 @@
-// The spliced phase: bytes move socket -> pipe -> socket with IORING_OP_SPLICE, never through
-// user memory. Each direction runs poll(readable) -> splice in -> splice out (poll(writable)
-// while the peer's buffer is full) -> splice in ...; EOF is passed on as a half-close, an error
-// on either side resets both.
+// The spliced phase: bytes move socket -> pipe -> socket, never through user memory. Each
+// direction runs poll(readable) -> splice in -> splice out (poll(writable) while the peer's
+// buffer is full) -> splice in ...; EOF is passed on as a half-close, an error on either side
+// resets both. The splices are splice(2) calls on the worker's thread (SpliceMode::kInline,
+// non-blocking, after io_uring's poll said ready) or IORING_OP_SPLICE (kRing: io-wq threads).
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -22,6 +23,9 @@ void add(std::atomic<uint64_t>& c, uint64_t n) {
 }
 
 constexpr unsigned kSpliceFlags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
+// Inline mode: splice rounds per readiness before the direction polls again (fairness between
+// sessions of one worker: a fast stream yields after this many pipe-fulls).
+constexpr int kPumpRounds = 4;
 
 }  // namespace
 
@@ -60,7 +64,7 @@ void Worker::arm_poll(uint32_t slot, int d, bool out) {
   io_uring_prep_poll_add(e, fd, out ? POLLOUT : POLLIN);
   io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(out ? Op::kPollOut : Op::kPollIn) + d)));
   ++s.inflight;
-  if (!out) {
+  if (!out && options_.splice == EngineOptions::SpliceMode::kRing) {
     // Readable -> splice in, as one linked submission: the poll completes in the ring's own
     // task work and the splice follows without another trip through the loop.
     e->flags |= IOSQE_IO_LINK;
@@ -133,6 +137,59 @@ void Worker::on_splice_out(uint32_t slot, int d, int res) {
   }
   add(counters_.resets, 1);
   begin_close(slot, true);
+}
+
+void Worker::pump(uint32_t slot, int d) {
+  Session& s = sessions_[slot];
+  Dir& dir = s.dir[d];
+  const int src = d == 0 ? s.cfd : s.ofd;
+  const int dst = d == 0 ? s.ofd : s.cfd;
+  for (int round = 0; round < kPumpRounds; ++round) {
+    if (dir.in_pipe > 0) {
+      const ssize_t m = splice(dir.pipe_r, nullptr, dst, nullptr, dir.in_pipe, kSpliceFlags);
+      if (m > 0) dir.in_pipe -= uint32_t(m);
+      if (m < 0 && errno != EAGAIN && errno != EINTR) {
+        add(counters_.resets, 1);
+        begin_close(slot, true);
+        return;
+      }
+      if (dir.in_pipe > 0) {  // the peer is full: wait until it can take more
+        arm_poll(slot, d, true);
+        return;
+      }
+      if (dir.eof) {
+        finish_dir(slot, d);
+        return;
+      }
+    }
+    const ssize_t n = splice(src, nullptr, dir.pipe_w, nullptr, options_.pipe_bytes, kSpliceFlags);
+    if (n > 0) {
+      dir.in_pipe += uint32_t(n);
+      if (d == 0) {
+        s.bytes_in += uint64_t(n);
+        add(counters_.bytes_in, uint64_t(n));
+      } else {
+        s.bytes_out += uint64_t(n);
+        add(counters_.bytes_out, uint64_t(n));
+      }
+      continue;
+    }
+    if (n == 0) {
+      dir.eof = true;
+      finish_dir(slot, d);
+      return;
+    }
+    if (errno == EAGAIN || errno == EINTR) {
+      arm_poll(slot, d, false);
+      return;
+    }
+    add(counters_.resets, 1);
+    begin_close(slot, true);
+    return;
+  }
+  // A busy stream: let the worker's other sessions run; the poll completes at once if there is
+  // more (after the pipe is flushed).
+  arm_poll(slot, d, dir.in_pipe > 0);
 }
 
 void Worker::finish_dir(uint32_t slot, int d) {

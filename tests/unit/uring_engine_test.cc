@@ -473,9 +473,11 @@ const std::string kOwnerConnected =
     frame("CONNECTED", {{"version", "1.2"}, {"server", "owner/1"}, {"heart-beat", "0,0"}});
 const std::string kReceipt = frame("RECEIPT", {{"receipt-id", "r1"}});
 
-class UringEngineTest : public ::testing::Test {
+// Every case runs in both splice modes: splice(2) on the worker thread and IORING_OP_SPLICE.
+class UringEngineTest : public ::testing::TestWithParam<EngineOptions::SpliceMode> {
  protected:
   void SetUp() override {
+    options_.splice = GetParam();
     options_.listen_host = "127.0.0.1";
     options_.listen_port = 0;
     options_.workers = 1;
@@ -615,7 +617,7 @@ class UringEngineTest : public ::testing::Test {
 
 // --- Splice ---------------------------------------------------------------------------------
 
-TEST_F(UringEngineTest, SpliceReplaysConnectStripsOwnerConnectedAndRelaysReceipt) {
+TEST_P(UringEngineTest, SpliceReplaysConnectStripsOwnerConnectedAndRelaysReceipt) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   router_.set_direct(owner_.addr());
   Conn c = client();
@@ -651,7 +653,7 @@ TEST_F(UringEngineTest, SpliceReplaysConnectStripsOwnerConnectedAndRelaysReceipt
   EXPECT_TRUE(sink_.records().empty());
 }
 
-TEST_F(UringEngineTest, SpliceRelaysEightMebibytesExactlyBothWays) {
+TEST_P(UringEngineTest, SpliceRelaysEightMebibytesExactlyBothWays) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
@@ -694,7 +696,7 @@ TEST_F(UringEngineTest, SpliceRelaysEightMebibytesExactlyBothWays) {
   EXPECT_EQ(counters().bytes_out.load(), kBulk + kReceipt.size());
 }
 
-TEST_F(UringEngineTest, BytesPipelinedBehindTheSendReachTheOwnerInOrder) {
+TEST_P(UringEngineTest, BytesPipelinedBehindTheSendReachTheOwnerInOrder) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   router_.set_direct(owner_.addr());
   // CONNECT, SEND and 1 MiB more in one go, before the gateway has even answered: part lands in
@@ -721,7 +723,7 @@ TEST_F(UringEngineTest, BytesPipelinedBehindTheSendReachTheOwnerInOrder) {
   EXPECT_EQ(header_of(*connected, "server")->rfind("sluice/", 0), 0u);
 }
 
-TEST_F(UringEngineTest, OwnerBytesThatCameWithConnectedReachTheClient) {
+TEST_P(UringEngineTest, OwnerBytesThatCameWithConnectedReachTheClient) {
   Conn c;
   Conn o;
   std::string replay;
@@ -750,7 +752,7 @@ TEST_F(UringEngineTest, OwnerBytesThatCameWithConnectedReachTheClient) {
   EXPECT_EQ(*got2, second);
 }
 
-TEST_F(UringEngineTest, HalfCloseFromClientPassesOnAndOwnerCanStillAnswer) {
+TEST_P(UringEngineTest, HalfCloseFromClientPassesOnAndOwnerCanStillAnswer) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
@@ -772,7 +774,7 @@ TEST_F(UringEngineTest, HalfCloseFromClientPassesOnAndOwnerCanStillAnswer) {
   EXPECT_EQ(counters().resets.load(), 0u);
 }
 
-TEST_F(UringEngineTest, HalfCloseFromOwnerPassesOnAndClientCanStillSend) {
+TEST_P(UringEngineTest, HalfCloseFromOwnerPassesOnAndClientCanStillSend) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
@@ -788,7 +790,7 @@ TEST_F(UringEngineTest, HalfCloseFromOwnerPassesOnAndClientCanStillSend) {
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
 }
 
-TEST_F(UringEngineTest, ClientResetMidSpliceEndsTheOwnerSide) {
+TEST_P(UringEngineTest, ClientResetMidSpliceEndsTheOwnerSide) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
@@ -805,7 +807,7 @@ TEST_F(UringEngineTest, ClientResetMidSpliceEndsTheOwnerSide) {
 
 // DESIGN section 3: "half-close and reset are propagated". A client's reset must reach the owner
 // as a reset, not as an orderly end of stream.
-TEST_F(UringEngineTest, ClientResetReachesTheOwnerAsReset) {
+TEST_P(UringEngineTest, ClientResetReachesTheOwnerAsReset) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
@@ -818,7 +820,7 @@ TEST_F(UringEngineTest, ClientResetReachesTheOwnerAsReset) {
 
 // --- The owner's first frame ------------------------------------------------------------------
 
-TEST_F(UringEngineTest, OwnerErrorOnConnectIsForwardedAndBothSidesClose) {
+TEST_P(UringEngineTest, OwnerErrorOnConnectIsForwardedAndBothSidesClose) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_reach_owner(&c, &o));
@@ -837,7 +839,7 @@ TEST_F(UringEngineTest, OwnerErrorOnConnectIsForwardedAndBothSidesClose) {
   EXPECT_EQ(counters().spliced.load(), 0u);
 }
 
-TEST_F(UringEngineTest, OwnerGarbageInsteadOfConnectedClosesWithError) {
+TEST_P(UringEngineTest, OwnerGarbageInsteadOfConnectedClosesWithError) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_reach_owner(&c, &o));
@@ -850,7 +852,7 @@ TEST_F(UringEngineTest, OwnerGarbageInsteadOfConnectedClosesWithError) {
   EXPECT_EQ(counters().owner_protocol.load(), 1u);
 }
 
-TEST_F(UringEngineTest, OwnerThatNeverAnswersGetsTheClientAnErrorAfterConnectTimeout) {
+TEST_P(UringEngineTest, OwnerThatNeverAnswersGetsTheClientAnErrorAfterConnectTimeout) {
   options_.connect_timeout_ms = 300;
   Conn c;
   Conn o;
@@ -871,7 +873,7 @@ TEST_F(UringEngineTest, OwnerThatNeverAnswersGetsTheClientAnErrorAfterConnectTim
 
 // --- Spill ----------------------------------------------------------------------------------
 
-TEST_F(UringEngineTest, ConnectRefusedFallsBackToSpillAndReceiptWaitsForDurability) {
+TEST_P(UringEngineTest, ConnectRefusedFallsBackToSpillAndReceiptWaitsForDurability) {
   ClosedPort closed;
   ASSERT_NO_FATAL_FAILURE(start_engine());
   router_.set_direct(closed.addr());
@@ -913,7 +915,7 @@ TEST_F(UringEngineTest, ConnectRefusedFallsBackToSpillAndReceiptWaitsForDurabili
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
 }
 
-TEST_F(UringEngineTest, SpillRouteTerminatesTheSessionAtTheGateway) {
+TEST_P(UringEngineTest, SpillRouteTerminatesTheSessionAtTheGateway) {
   Conn c;
   ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
   ASSERT_TRUE(c.send_all(kSend));
@@ -926,7 +928,7 @@ TEST_F(UringEngineTest, SpillRouteTerminatesTheSessionAtTheGateway) {
   EXPECT_EQ(counters().spilling.load(), 1u);
 }
 
-TEST_F(UringEngineTest, SpillSubscribeGetsErrorAndClose) {
+TEST_P(UringEngineTest, SpillSubscribeGetsErrorAndClose) {
   Conn c;
   ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
   ASSERT_TRUE(c.send_all(kSubscribe));
@@ -935,7 +937,7 @@ TEST_F(UringEngineTest, SpillSubscribeGetsErrorAndClose) {
   EXPECT_TRUE(sink_.records().empty());
 }
 
-TEST_F(UringEngineTest, SpillSessionEndsWhenTheOwnerIsUpAfterPendingReceipts) {
+TEST_P(UringEngineTest, SpillSessionEndsWhenTheOwnerIsUpAfterPendingReceipts) {
   sink_.hold();
   Conn c;
   ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
@@ -952,7 +954,7 @@ TEST_F(UringEngineTest, SpillSessionEndsWhenTheOwnerIsUpAfterPendingReceipts) {
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
 }
 
-TEST_F(UringEngineTest, RefusedRouteGetsErrorWithTheRoutersMessage) {
+TEST_P(UringEngineTest, RefusedRouteGetsErrorWithTheRoutersMessage) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   router_.set_refuse();
   Conn c;
@@ -967,20 +969,20 @@ TEST_F(UringEngineTest, RefusedRouteGetsErrorWithTheRoutersMessage) {
 
 // --- Limits ---------------------------------------------------------------------------------
 
-TEST_F(UringEngineTest, SessionsMaxRefusesTheThirdConnectionWithError) {
+TEST_P(UringEngineTest, SessionsMaxRefusesTheThirdConnectionWithError) {
   options_.sessions_max = 2;
   ASSERT_NO_FATAL_FAILURE(expect_third_refused_until_a_slot_frees("too many sessions"));
   EXPECT_EQ(counters().refused_sessions_max.load(), 1u);
 }
 
-TEST_F(UringEngineTest, SessionsPerSourceMaxRefusesWithError) {
+TEST_P(UringEngineTest, SessionsPerSourceMaxRefusesWithError) {
   options_.sessions_per_source_max = 2;
   ASSERT_NO_FATAL_FAILURE(
       expect_third_refused_until_a_slot_frees("too many sessions from this address"));
   EXPECT_EQ(counters().refused_per_source.load(), 1u);
 }
 
-TEST_F(UringEngineTest, PreludeFrameTimeoutGetsError) {
+TEST_P(UringEngineTest, PreludeFrameTimeoutGetsError) {
   config_.frame_timeout_ns = 300 * session::kNanosPerMilli;
   ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c = client();
@@ -996,7 +998,7 @@ TEST_F(UringEngineTest, PreludeFrameTimeoutGetsError) {
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
 }
 
-TEST_F(UringEngineTest, ConnectOverPreludeBytesMaxGetsError) {
+TEST_P(UringEngineTest, ConnectOverPreludeBytesMaxGetsError) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c = client();
   // Nine 8000-byte headers: 72 KB, over the default prelude_bytes_max (64 KiB), each line under
@@ -1014,7 +1016,7 @@ TEST_F(UringEngineTest, ConnectOverPreludeBytesMaxGetsError) {
 
 // --- Stop and the sessions view ---------------------------------------------------------------
 
-TEST_F(UringEngineTest, StopGivesSplicedSessionsTheGraceThenClosesThem) {
+TEST_P(UringEngineTest, StopGivesSplicedSessionsTheGraceThenClosesThem) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
@@ -1047,7 +1049,7 @@ TEST_F(UringEngineTest, StopGivesSplicedSessionsTheGraceThenClosesThem) {
   EXPECT_FALSE(late.valid());
 }
 
-TEST_F(UringEngineTest, StopSendsGatewayStoppingToPreludeSessions) {
+TEST_P(UringEngineTest, StopSendsGatewayStoppingToPreludeSessions) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
   ASSERT_NO_FATAL_FAILURE(connect_client(&c));
@@ -1058,7 +1060,7 @@ TEST_F(UringEngineTest, StopSendsGatewayStoppingToPreludeSessions) {
   EXPECT_EQ(counters().refused_stopping.load(), 1u);
 }
 
-TEST_F(UringEngineTest, SessionsListsSplicedSessionWithQueueAndBytes) {
+TEST_P(UringEngineTest, SessionsListsSplicedSessionWithQueueAndBytes) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
@@ -1088,7 +1090,7 @@ TEST_F(UringEngineTest, SessionsListsSplicedSessionWithQueueAndBytes) {
 // The prelude buffer fills in the middle of a receive that also completes the SEND's head: what
 // did not fit (the carry) must follow the buffered bytes in the replay, and the rest of the body
 // must follow through the splice, byte for byte.
-TEST_F(UringEngineTest, CarryBeyondThePreludeBufferIsReplayedInOrder) {
+TEST_P(UringEngineTest, CarryBeyondThePreludeBufferIsReplayedInOrder) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   router_.set_direct(owner_.addr());
   // A CONNECT of about 60 KiB (8 padding headers), answered before anything else is sent.
@@ -1120,7 +1122,7 @@ TEST_F(UringEngineTest, CarryBeyondThePreludeBufferIsReplayedInOrder) {
 
 // Many SENDs in one write to a spill session: more than receipts_pending_max, across several
 // receive buffers. Every SEND is appended once, in order, and every RECEIPT comes, in order.
-TEST_F(UringEngineTest, SpillHandlesManyPipelinedSendsInOrder) {
+TEST_P(UringEngineTest, SpillHandlesManyPipelinedSendsInOrder) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   router_.set_spill();
   constexpr int kSends = 1000;
@@ -1149,7 +1151,7 @@ TEST_F(UringEngineTest, SpillHandlesManyPipelinedSendsInOrder) {
     EXPECT_EQ(records[size_t(i)].body, "m" + std::to_string(i)) << i;
 }
 
-TEST_F(UringEngineTest, SpillDisconnectReceiptWaitsForEarlierSends) {
+TEST_P(UringEngineTest, SpillDisconnectReceiptWaitsForEarlierSends) {
   sink_.hold();
   Conn c;
   ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
@@ -1167,7 +1169,7 @@ TEST_F(UringEngineTest, SpillDisconnectReceiptWaitsForEarlierSends) {
 
 // Stop with a spill session whose record is not durable yet: the RECEIPT still comes once it is,
 // then the session ends and stop returns.
-TEST_F(UringEngineTest, StopAnswersPendingSpillReceiptsBeforeEnding) {
+TEST_P(UringEngineTest, StopAnswersPendingSpillReceiptsBeforeEnding) {
   sink_.hold();
   Conn c;
   ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
@@ -1192,7 +1194,7 @@ TEST_F(UringEngineTest, StopAnswersPendingSpillReceiptsBeforeEnding) {
   stopper.join();
 }
 
-TEST_F(UringEngineTest, OwnerClosingBeforeConnectedGetsTheClientAnError) {
+TEST_P(UringEngineTest, OwnerClosingBeforeConnectedGetsTheClientAnError) {
   Conn c;
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_reach_owner(&c, &o));
@@ -1203,7 +1205,7 @@ TEST_F(UringEngineTest, OwnerClosingBeforeConnectedGetsTheClientAnError) {
 
 // A connect that neither succeeds nor fails (the owner's accept queue is full): the linked
 // timeout ends it after connect_timeout_ms, control hears of it, the session spills.
-TEST_F(UringEngineTest, ConnectTimeoutFallsBackToSpill) {
+TEST_P(UringEngineTest, ConnectTimeoutFallsBackToSpill) {
   FullListener full;
   if (!full.full()) GTEST_SKIP() << "SKIPPED: could not fill a listener's accept queue";
   options_.connect_timeout_ms = 300;
@@ -1224,7 +1226,7 @@ TEST_F(UringEngineTest, ConnectTimeoutFallsBackToSpill) {
 }
 
 // sessions_max holds across workers exactly.
-TEST_F(UringEngineTest, SessionsMaxHoldsAcrossWorkers) {
+TEST_P(UringEngineTest, SessionsMaxHoldsAcrossWorkers) {
   options_.workers = 2;
   options_.sessions_max = 3;
   std::vector<WorkerParts> parts;
@@ -1261,7 +1263,7 @@ TEST_F(UringEngineTest, SessionsMaxHoldsAcrossWorkers) {
 
 // Fewer receive buffers than sessions that speak at once: a receive that finds none is retried,
 // nobody is dropped.
-TEST_F(UringEngineTest, ReceiveBufferShortageIsRetried) {
+TEST_P(UringEngineTest, ReceiveBufferShortageIsRetried) {
   options_.recv_buffers = 2;
   ASSERT_NO_FATAL_FAILURE(start_engine());
   constexpr int kClients = 16;
@@ -1280,7 +1282,7 @@ TEST_F(UringEngineTest, ReceiveBufferShortageIsRetried) {
 
 // CONNECT and DISCONNECT (no receipt) in one write: the CONNECTED already queued for the client
 // must still be sent before the close.
-TEST_F(UringEngineTest, PreludeDisconnectDoesNotDropTheQueuedConnected) {
+TEST_P(UringEngineTest, PreludeDisconnectDoesNotDropTheQueuedConnected) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c = client();
   ASSERT_TRUE(c.send_all(kConnect + frame("DISCONNECT", {})));
@@ -1291,7 +1293,7 @@ TEST_F(UringEngineTest, PreludeDisconnectDoesNotDropTheQueuedConnected) {
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
 }
 
-TEST_F(UringEngineTest, SpillSessionsMaxRefusesWithError) {
+TEST_P(UringEngineTest, SpillSessionsMaxRefusesWithError) {
   options_.spill_sessions_max = 1;
   Conn a;
   ASSERT_NO_FATAL_FAILURE(start_spilling(&a));
@@ -1304,7 +1306,7 @@ TEST_F(UringEngineTest, SpillSessionsMaxRefusesWithError) {
   EXPECT_EQ(counters().refused_spill_max.load(), 1u);
 }
 
-TEST_F(UringEngineTest, PreludeSessionsMaxRefusesWithError) {
+TEST_P(UringEngineTest, PreludeSessionsMaxRefusesWithError) {
   options_.prelude_sessions_max = 1;
   ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn a = client();
@@ -1314,7 +1316,7 @@ TEST_F(UringEngineTest, PreludeSessionsMaxRefusesWithError) {
   EXPECT_EQ(counters().refused_prelude_max.load(), 1u);
 }
 
-TEST_F(UringEngineTest, PreludeIdleTimeoutGetsError) {
+TEST_P(UringEngineTest, PreludeIdleTimeoutGetsError) {
   config_.prelude_idle_timeout_ns = 300 * session::kNanosPerMilli;
   ASSERT_NO_FATAL_FAILURE(start_engine());
   Conn c;
@@ -1323,7 +1325,7 @@ TEST_F(UringEngineTest, PreludeIdleTimeoutGetsError) {
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
 }
 
-TEST_F(UringEngineTest, SpillRefusesBadCredentialsAndAcl) {
+TEST_P(UringEngineTest, SpillRefusesBadCredentialsAndAcl) {
   hooks_.authenticate_ok = false;
   Conn a;
   ASSERT_NO_FATAL_FAILURE(start_spilling(&a));
@@ -1338,7 +1340,7 @@ TEST_F(UringEngineTest, SpillRefusesBadCredentialsAndAcl) {
   EXPECT_TRUE(sink_.records().empty());
 }
 
-TEST_F(UringEngineTest, SpillAppendBusyIsRetried) {
+TEST_P(UringEngineTest, SpillAppendBusyIsRetried) {
   sink_.busy_for(3);
   Conn c;
   ASSERT_NO_FATAL_FAILURE(start_spilling(&c));
@@ -1351,4 +1353,12 @@ TEST_F(UringEngineTest, SpillAppendBusyIsRetried) {
 }
 
 }  // namespace
+INSTANTIATE_TEST_SUITE_P(SpliceModes, UringEngineTest,
+                         ::testing::Values(EngineOptions::SpliceMode::kInline,
+                                           EngineOptions::SpliceMode::kRing),
+                         [](const ::testing::TestParamInfo<EngineOptions::SpliceMode>& i) {
+                           return i.param == EngineOptions::SpliceMode::kInline ? "inline"
+                                                                                : "io_uring";
+                         });
+
 }  // namespace sluice::uring
