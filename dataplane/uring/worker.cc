@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -85,6 +86,10 @@ Worker::~Worker() {
   if (buf_ring_ != nullptr) munmap(buf_ring_, buf_ring_bytes_);
   if (listen_fd_ >= 0) close(listen_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
+  for (auto [r, w] : pipe_pool_) {
+    close(r);
+    close(w);
+  }
 }
 
 std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
@@ -165,6 +170,7 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
     }
   }
   appends_.resize(kAppendsInFlightMax);
+  pipe_pool_.reserve(kPipePoolMax);
   done_.resize(256);
   header_scratch_bytes_ = config_.frame_limits.frame_bytes_max * 2 + 64;
   header_scratch_ = std::make_unique<char[]>(header_scratch_bytes_);
@@ -479,8 +485,16 @@ void Worker::finish_close(uint32_t slot) {
   if (s.cfd >= 0) close(s.cfd);
   if (s.ofd >= 0) close(s.ofd);
   for (Dir& d : s.dir) {
-    if (d.pipe_r >= 0) close(d.pipe_r);
-    if (d.pipe_w >= 0) close(d.pipe_w);
+    // An empty pipe is as good as new; one that still holds bytes is closed with them (asked
+    // of the kernel: a splice that completed while the session was closing is not counted).
+    int left = -1;
+    if (d.pipe_r >= 0 && pipe_pool_.size() < kPipePoolMax &&
+        ioctl(d.pipe_r, FIONREAD, &left) == 0 && left == 0) {
+      pipe_pool_.emplace_back(d.pipe_r, d.pipe_w);
+    } else {
+      if (d.pipe_r >= 0) close(d.pipe_r);
+      if (d.pipe_w >= 0) close(d.pipe_w);
+    }
     d = Dir{};
   }
   s.cfd = s.ofd = -1;

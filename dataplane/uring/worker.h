@@ -250,6 +250,9 @@ class Worker {
   uint32_t recv_mask_ = 0;
   std::vector<uint32_t> recv_retry_;  // sessions whose receive found no buffer
 
+  // Empty pipes of ended sessions, reused by new ones (saves pipe2 + F_SETPIPE_SZ + close).
+  static constexpr size_t kPipePoolMax = 1024;
+  std::vector<std::pair<int, int>> pipe_pool_;
   std::vector<Session> sessions_;
   std::vector<uint32_t> free_sessions_;
   SlotPool<PreludeSlot> preludes_;

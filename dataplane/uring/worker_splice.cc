@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include "dataplane/session/assert.h"
 #include "dataplane/uring/worker.h"
@@ -38,6 +39,11 @@ void Worker::start_splice(uint32_t slot) {
     return;
   }
   for (Dir& d : s.dir) {
+    if (!pipe_pool_.empty()) {
+      std::tie(d.pipe_r, d.pipe_w) = pipe_pool_.back();
+      pipe_pool_.pop_back();
+      continue;
+    }
     int p[2];
     if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
       log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
