@@ -33,9 +33,10 @@ from scenarios.arrangements import ARRANGEMENTS, Processes, Sink, Sluiced  # noq
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SESSIONS = 10_000
 SMOKE_SESSIONS = 200
-# Descriptors sluiced holds per spliced session: the client socket, the owner socket and two
-# pipes (two descriptors each) for the two splice directions.
-SLUICED_FDS_PER_SESSION = 6
+# Descriptors sluiced holds per idle spliced session: the client socket and the owner socket (in
+# its default splice mode a direction takes a pipe only while bytes pass; with
+# gateway.splice = "io_uring" each session keeps two pipes, four descriptors more).
+SLUICED_FDS_PER_SESSION = 2
 # Descriptors sluiced needs besides sessions: listener, rings, eventfds, spill segments, logs.
 SLUICED_FDS_RESERVED = 256
 HANDSHAKES_IN_FLIGHT = 256
@@ -294,7 +295,7 @@ def plan(requested, arrangements):
         n = capacity(hard)
         why = (f"the hard RLIMIT_NOFILE is {hard:,} and cannot be raised here (no "
                f"CAP_SYS_RESOURCE); sluiced holds {SLUICED_FDS_PER_SESSION} descriptors per "
-               f"spliced session (client and owner sockets, two pipes), so at most {n:,}; an "
+               f"idle spliced session (client and owner sockets), so at most {n:,}; an "
                f"operator raises LimitNOFILE in sluiced.service (>= 6 x sessions + "
                f"{SLUICED_FDS_RESERVED})")
     if client_cap < n:

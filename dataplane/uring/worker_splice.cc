@@ -38,21 +38,15 @@ void Worker::start_splice(uint32_t slot) {
     s.splice_after_send = true;
     return;
   }
-  for (Dir& d : s.dir) {
-    if (!pipe_pool_.empty()) {
-      std::tie(d.pipe_r, d.pipe_w) = pipe_pool_.back();
-      pipe_pool_.pop_back();
-      continue;
+  // Ring mode: each direction keeps its pipe (splices in flight refer to it). Inline mode takes
+  // a pipe only while bytes pass (pump()), so an idle spliced session holds none.
+  if (options_.splice == EngineOptions::SpliceMode::kRing) {
+    for (Dir& d : s.dir) {
+      if (!take_pipe(d)) {
+        begin_close(slot, true);
+        return;
+      }
     }
-    int p[2];
-    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
-      log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
-      begin_close(slot, true);
-      return;
-    }
-    d.pipe_r = p[0];
-    d.pipe_w = p[1];
-    (void)fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes));
   }
   release_prelude(slot);
   release_out(slot);
@@ -61,6 +55,35 @@ void Worker::start_splice(uint32_t slot) {
   add(counters_.splicing, 1);
   arm_poll(slot, 0, false);
   arm_poll(slot, 1, false);
+}
+
+bool Worker::take_pipe(Dir& d) {
+  if (!pipe_pool_.empty()) {
+    std::tie(d.pipe_r, d.pipe_w) = pipe_pool_.back();
+    pipe_pool_.pop_back();
+    return true;
+  }
+  int p[2];
+  if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+    log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
+    return false;
+  }
+  d.pipe_r = p[0];
+  d.pipe_w = p[1];
+  (void)fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes));
+  return true;
+}
+
+void Worker::give_pipe(Dir& d) {
+  if (d.pipe_r < 0) return;
+  if (d.in_pipe == 0 && pipe_pool_.size() < kPipePoolMax) {
+    pipe_pool_.emplace_back(d.pipe_r, d.pipe_w);
+  } else {
+    close(d.pipe_r);
+    close(d.pipe_w);
+  }
+  d.pipe_r = d.pipe_w = -1;
+  d.in_pipe = 0;
 }
 
 void Worker::arm_poll(uint32_t slot, int d, bool out) {
@@ -150,6 +173,10 @@ void Worker::pump(uint32_t slot, int d) {
   Dir& dir = s.dir[d];
   const int src = d == 0 ? s.cfd : s.ofd;
   const int dst = d == 0 ? s.ofd : s.cfd;
+  if (dir.pipe_r < 0 && !take_pipe(dir)) {
+    begin_close(slot, true);
+    return;
+  }
   for (int round = 0; round < kPumpRounds; ++round) {
     if (dir.in_pipe > 0) {
       const ssize_t m = splice(dir.pipe_r, nullptr, dst, nullptr, dir.in_pipe, kSpliceFlags);
@@ -186,6 +213,7 @@ void Worker::pump(uint32_t slot, int d) {
       return;
     }
     if (errno == EAGAIN || errno == EINTR) {
+      give_pipe(dir);  // empty (flushed above): idle directions hold no pipe
       arm_poll(slot, d, false);
       return;
     }
@@ -201,6 +229,7 @@ void Worker::pump(uint32_t slot, int d) {
 void Worker::finish_dir(uint32_t slot, int d) {
   Session& s = sessions_[slot];
   s.dir[d].done = true;
+  if (options_.splice == EngineOptions::SpliceMode::kInline) give_pipe(s.dir[d]);
   // Half-close passes on: the peer reads EOF, the other direction keeps flowing.
   shutdown(d == 0 ? s.ofd : s.cfd, SHUT_WR);
   if (s.dir[0].done && s.dir[1].done) begin_close(slot, false);
