@@ -45,15 +45,19 @@ inline size_t page_round(size_t n) {
 
 struct NoObject {};
 
-// `count` slots, each an object T and `stride` bytes of the region.
+// `count` slots, each an object T and `stride` bytes of the region. Free slots are reused last
+// in, first out; the kHotSlots most recently freed keep their pages (a busy worker reuses them
+// without a madvise and a page fault per session), the rest are given back to the kernel.
 template <typename T = NoObject>
 class SlotPool {
  public:
   static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr size_t kHotSlots = 64;
 
   bool init(uint32_t count, size_t bytes_per_slot) {
     stride_ = page_round(bytes_per_slot);
     objects_ = std::make_unique<T[]>(count);
+    dirty_.assign(count, false);
     free_.reserve(count);
     for (uint32_t i = count; i > 0; --i)
       free_.push_back(i - 1);
@@ -64,11 +68,18 @@ class SlotPool {
     if (free_.empty()) return kNone;
     uint32_t i = free_.back();
     free_.pop_back();
+    dirty_[i] = true;
     return i;
   }
   void give(uint32_t i) {
-    region_.release(stride_ * i, stride_);
     free_.push_back(i);
+    if (free_.size() > kHotSlots) {
+      const uint32_t cold = free_[free_.size() - 1 - kHotSlots];
+      if (dirty_[cold]) {
+        region_.release(stride_ * cold, stride_);
+        dirty_[cold] = false;
+      }
+    }
   }
   T& object(uint32_t i) { return objects_[i]; }
   char* bytes(uint32_t i) { return region_.at(stride_ * i); }
@@ -78,6 +89,7 @@ class SlotPool {
  private:
   std::unique_ptr<T[]> objects_;
   std::vector<uint32_t> free_;
+  std::vector<bool> dirty_;  // touched since its pages were last given back
   Region region_;
   size_t stride_ = 0;
   uint32_t count_ = 0;
