@@ -177,6 +177,7 @@ void Worker::pump(uint32_t slot, int d) {
     begin_close(slot, true);
     return;
   }
+  bool drained = false;
   for (int round = 0; round < kPumpRounds; ++round) {
     if (dir.in_pipe > 0) {
       const ssize_t m = splice(dir.pipe_r, nullptr, dst, nullptr, dir.in_pipe, kSpliceFlags);
@@ -194,9 +195,17 @@ void Worker::pump(uint32_t slot, int d) {
         finish_dir(slot, d);
         return;
       }
+      if (drained) {
+        // The last read took less than it could: the socket is most likely empty. Poll rather
+        // than pay a read that says EAGAIN (one syscall less per message on a quiet stream).
+        give_pipe(dir);
+        arm_poll(slot, d, false);
+        return;
+      }
     }
     const ssize_t n = splice(src, nullptr, dir.pipe_w, nullptr, options_.pipe_bytes, kSpliceFlags);
     if (n > 0) {
+      drained = uint32_t(n) < options_.pipe_bytes;
       dir.in_pipe += uint32_t(n);
       if (d == 0) {
         s.bytes_in += uint64_t(n);
