@@ -92,6 +92,13 @@ std::string EngineAdmin::metrics_text() {
   per_worker("sluice_spill_session_appends_busy_total", "counter",
              "Appends held back because the spill log's ring was full.", &C::appends_busy);
 
+  // A counter summed over the workers.
+  auto total = [&](auto&& pick) {
+    uint64_t sum = 0;
+    for (size_t w = 0; w < n; ++w)
+      sum += get(pick(engine_.counters(w)));
+    return double(sum);
+  };
   f.family("sluice_sessions_refused_total", "counter",
            "Sessions refused at accept or routing, by reason.");
   const std::pair<const char*, const std::atomic<uint64_t> C::*> refused[] = {
@@ -102,30 +109,21 @@ std::string EngineAdmin::metrics_text() {
       {"route", &C::refused_route},
       {"stopping", &C::refused_stopping}};
   for (auto& [reason, field] : refused) {
-    uint64_t sum = 0;
-    for (size_t w = 0; w < n; ++w)
-      sum += get(engine_.counters(w).*field);
     f.sample("sluice_sessions_refused_total", std::string("reason=\"") + reason + "\"",
-             double(sum));
+             total([&](const C& c) -> const std::atomic<uint64_t>& { return c.*field; }));
   }
   f.family("sluice_prelude_ends_total", "counter",
            "Preludes that ended without a destination, by reason (none: the client left).");
   for (size_t e = 0; e < 9; ++e) {
-    uint64_t sum = 0;
-    for (size_t w = 0; w < n; ++w)
-      sum += get(engine_.counters(w).prelude_end[e]);
     f.sample("sluice_prelude_ends_total",
              "reason=\"" + std::string(session::prelude_end_name(session::PreludeEnd(e))) + "\"",
-             double(sum));
+             total([&](const C& c) -> const std::atomic<uint64_t>& { return c.prelude_end[e]; }));
   }
   f.family("sluice_spill_session_ends_total", "counter", "Spill sessions ended, by reason.");
   for (size_t e = 1; e < 9; ++e) {
-    uint64_t sum = 0;
-    for (size_t w = 0; w < n; ++w)
-      sum += get(engine_.counters(w).spill_end[e]);
     f.sample("sluice_spill_session_ends_total",
              "reason=\"" + std::string(session::spill_end_name(session::SpillEnd(e))) + "\"",
-             double(sum));
+             total([&](const C& c) -> const std::atomic<uint64_t>& { return c.spill_end[e]; }));
   }
   return f.take();
 }

@@ -132,6 +132,32 @@ UsersFile::LoadResult error_at(const std::string& path, size_t line, const std::
   return path + ":" + std::to_string(line) + ": " + what;
 }
 
+std::string read_all(const std::string& path, bool missing_is_empty, std::string* text) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT && missing_is_empty) return {};
+    return "cannot open " + path + ": " + std::strerror(errno);
+  }
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return "cannot read " + path + ": " + std::strerror(err);
+    }
+    if (n == 0) break;
+    text->append(buf, size_t(n));
+    if (text->size() > kUsersFileBytesMax) {
+      ::close(fd);
+      return path + " is larger than " + std::to_string(kUsersFileBytesMax >> 20) + " MiB";
+    }
+  }
+  ::close(fd);
+  return {};
+}
+
 }  // namespace
 
 bool allow_matches(const AllowRule& rule, const session::QueueKey& key) {
@@ -211,27 +237,8 @@ std::optional<std::string> hash_passcode(std::string_view passcode) {
 }
 
 UsersFile::LoadResult UsersFile::load(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return path + ": cannot open the users file: " + std::strerror(errno);
   std::string text;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return path + ": cannot read the users file: " + std::strerror(err);
-    }
-    if (n == 0) break;
-    text.append(buf, size_t(n));
-    if (text.size() > kUsersFileBytesMax) {
-      ::close(fd);
-      return path + ": the users file is larger than " + std::to_string(kUsersFileBytesMax >> 20) +
-             " MiB";
-    }
-  }
-  ::close(fd);
+  if (std::string e = read_all(path, false, &text); !e.empty()) return path + ": " + e;
   return parse(text, path);
 }
 
@@ -353,32 +360,6 @@ UsersEditResult checked_after(std::string text, const std::string& path) {
     return UsersEditError{"the edited file would not be valid: " + *e};
   }
   return text;
-}
-
-std::string read_all(const std::string& path, bool missing_is_empty, std::string* text) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT && missing_is_empty) return {};
-    return "cannot open " + path + ": " + std::strerror(errno);
-  }
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return "cannot read " + path + ": " + std::strerror(err);
-    }
-    if (n == 0) break;
-    text->append(buf, size_t(n));
-    if (text->size() > kUsersFileBytesMax) {
-      ::close(fd);
-      return path + " is larger than " + std::to_string(kUsersFileBytesMax >> 20) + " MiB";
-    }
-  }
-  ::close(fd);
-  return {};
 }
 
 // Temp file in the same directory, 0600, fsync, rename over `path`, fsync of the directory: a

@@ -216,8 +216,9 @@ class Worker {
   void on_splice_out(uint32_t slot, int d, int res);
   void finish_dir(uint32_t slot, int d);
   void pump(uint32_t slot, int d);  // SpliceMode::kInline
-  bool take_pipe(Dir& d);           // from the pool, or a new one
-  void give_pipe(Dir& d);           // back to the pool when empty, else closed
+  void count_spliced(Session& s, int d, uint64_t n);
+  bool take_pipe(Dir& d);  // from the pool, or a new one
+  void give_pipe(Dir& d);  // back to the pool when empty, else closed
 
   // worker_spill.cc
   void start_spill(uint32_t slot);

@@ -30,6 +30,16 @@ constexpr int kPumpRounds = 4;
 
 }  // namespace
 
+void Worker::count_spliced(Session& s, int d, uint64_t n) {
+  if (d == 0) {
+    s.bytes_in += n;
+    add(counters_.bytes_in, n);
+  } else {
+    s.bytes_out += n;
+    add(counters_.bytes_out, n);
+  }
+}
+
 void Worker::start_splice(uint32_t slot) {
   Session& s = sessions_[slot];
   if (s.sending || s.out_sent < s.out_len) {
@@ -126,13 +136,7 @@ void Worker::on_splice_in(uint32_t slot, int d, int res) {
   Dir& dir = s.dir[d];
   if (res > 0) {
     dir.in_pipe += uint32_t(res);
-    if (d == 0) {
-      s.bytes_in += uint64_t(res);
-      add(counters_.bytes_in, uint64_t(res));
-    } else {
-      s.bytes_out += uint64_t(res);
-      add(counters_.bytes_out, uint64_t(res));
-    }
+    count_spliced(s, d, uint64_t(res));
     splice_out(slot, d);
     return;
   }
@@ -207,13 +211,7 @@ void Worker::pump(uint32_t slot, int d) {
     if (n > 0) {
       drained = uint32_t(n) < options_.pipe_bytes;
       dir.in_pipe += uint32_t(n);
-      if (d == 0) {
-        s.bytes_in += uint64_t(n);
-        add(counters_.bytes_in, uint64_t(n));
-      } else {
-        s.bytes_out += uint64_t(n);
-        add(counters_.bytes_out, uint64_t(n));
-      }
+      count_spliced(s, d, uint64_t(n));
       continue;
     }
     if (n == 0) {
