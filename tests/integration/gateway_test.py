@@ -20,6 +20,7 @@ whole run) or starts a private one. Nodes stopped here are always started again.
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -158,6 +159,40 @@ class Run:
         gw.wait_idle()
         say(f"ok (a): {len(queues)} placed queues created on the chosen node "
             f"({ {k: len(v) for k, v in per_node.items()} }), messages both ways")
+
+    # -- SIGHUP with sessions open ------------------------------------------------------------
+
+    def case_reload(self):
+        """SIGHUP reloads the config; a spliced session keeps flowing through it."""
+        gw = self.gw
+        q = self.queue_name("h")
+        c, lis = stomp_client(gw.port, self.login, self.passcode)
+        try:
+            c.subscribe(destination="/queue/" + q, id="1", ack="auto")
+
+            def spliced_session():
+                rows = [r for r in gw.ctl_json("sessions")["sessions"]
+                        if r["queue"] == q and r["state"] == "spliced"]
+                return rows[0]["id"] if rows else None
+            sid = wait_until(f"the consumer of {q} spliced", 10, spliced_session)
+            reloads = gw.log_text().count("event=config_reloaded")
+            os.kill(gw.proc.pid, signal.SIGHUP)
+            wait_until("the reload", 10,
+                       lambda: gw.log_text().count("event=config_reloaded") > reloads)
+            p, plis = stomp_client(gw.port, self.login, self.passcode)
+            try:
+                send_receipted(p, plis, "/queue/" + q, [f"{q}-{i}" for i in range(MESSAGES)])
+            finally:
+                close_quietly(p)
+            wait_until(f"{MESSAGES} messages after the reload", 10,
+                       lambda: len(lis.bodies()) >= MESSAGES or lis.errors)
+            check(lis.bodies() == [f"{q}-{i}" for i in range(MESSAGES)] and not lis.errors,
+                  f"consumer across the reload got {lis.bodies()}, errors {lis.errors}")
+            check(spliced_session() == sid, "the consumer's session changed across the reload")
+        finally:
+            close_quietly(c)
+        gw.wait_idle()
+        say("ok (h): SIGHUP reload with a spliced session open; it kept flowing")
 
     # -- (b) learned --------------------------------------------------------------------------
 
@@ -491,10 +526,11 @@ interval_ms = 500
 timeout_ms = 400
 """
         # $SLUICE_GW_CASES (e.g. "cd") runs some of the cases only, to debug one.
-        selected = os.environ.get("SLUICE_GW_CASES", "abecd")
+        selected = os.environ.get("SLUICE_GW_CASES", "abhecd")
         t = time.monotonic()
         direct = [(n, c) for n, c in (("a", self.case_placed), ("b", self.case_learned),
-                                      ("e", self.case_protocol)) if n in selected]
+                                      ("h", self.case_reload), ("e", self.case_protocol))
+                  if n in selected]
         if direct:
             self.start_gateway("gw-direct", lambda work: {
                 "nodes": nodes, "spill": "allow_anonymous = true", "extra": feed})
