@@ -133,7 +133,8 @@ struct SpillSlot {
   // An event that could not be acted on yet (out buffer full, spill log busy).
   bool held = false;
   session::SpillEvent held_event;
-  bool dirty = false;
+  bool dirty = false;           // listed in spill_dirty_
+  bool busy_listed = false;     // listed in spill_busy_
   uint32_t refuse_appends = 0;  // appends of a refused transaction still to come
   uint32_t vhost_len = 0;
   uint32_t queue_len = 0;
@@ -226,6 +227,7 @@ class Worker {
   void drive_spill(uint32_t slot);
   bool act_spill(uint32_t slot, const session::SpillEvent& ev);
   void poll_spill();
+  void note_spill_busy(uint32_t slot);
 
   uint32_t index_;
   EngineOptions options_;
@@ -275,7 +277,8 @@ class Worker {
   std::vector<SpillSink::Done> done_;
   std::unique_ptr<char[]> header_scratch_;
   size_t header_scratch_bytes_ = 0;
-  bool spill_waiting_ = false;  // a session holds an append the sink refused as busy
+  std::vector<uint32_t> spill_dirty_;  // spill sessions with completions to act on
+  std::vector<uint32_t> spill_busy_;   // spill sessions holding an append the sink refused
 
   Nanos next_scan_ = 0;
   std::atomic<bool> stop_requested_{false};

@@ -57,6 +57,7 @@ void Worker::start_spill(uint32_t slot) {
   std::memcpy(ss.queue, key.queue.data(), ss.queue_len);
   ss.held = false;
   ss.dirty = false;
+  ss.busy_listed = false;
   ss.refuse_appends = 0;
   ss.in_off = 0;
   ss.in_len = ps.carry_len;
@@ -129,7 +130,7 @@ bool Worker::act_spill(uint32_t slot, const session::SpillEvent& ev) {
         return true;
       }
       if (appends_count_ == appends_.size()) {
-        spill_waiting_ = true;
+        note_spill_busy(slot);
         bump(counters_.appends_busy);
         return false;
       }
@@ -152,7 +153,7 @@ bool Worker::act_spill(uint32_t slot, const session::SpillEvent& ev) {
         }
         case SpillSink::Result::kBusy:
           --next_token_;
-          spill_waiting_ = true;
+          note_spill_busy(slot);
           bump(counters_.appends_busy);
           return false;
         case SpillSink::Result::kRefused:
@@ -179,6 +180,13 @@ bool Worker::act_spill(uint32_t slot, const session::SpillEvent& ev) {
   }
 }
 
+void Worker::note_spill_busy(uint32_t slot) {
+  SpillSlot& ss = spills_.object(sessions_[slot].spill_slot);
+  if (ss.busy_listed) return;
+  ss.busy_listed = true;
+  spill_busy_.push_back(slot);
+}
+
 void Worker::poll_spill() {
   if (parts_.spill == nullptr) return;
   bool any = false;
@@ -201,22 +209,30 @@ void Worker::poll_spill() {
       } else {
         ss.spill->on_append_failed(r.session_token, d.message);
       }
-      ss.dirty = true;
+      if (!ss.dirty) {
+        ss.dirty = true;
+        spill_dirty_.push_back(r.slot);
+      }
     }
     if (n < done_.size()) break;
   }
-  if (!any && !spill_waiting_) return;
-  const bool retry_all = spill_waiting_;
-  spill_waiting_ = false;
-  for (uint32_t i = 0; i < sessions_.size(); ++i) {
-    Session& s = sessions_[i];
+  if (!any && spill_busy_.empty()) return;
+  // Sessions whose appends completed, then those holding an append the sink was too busy for
+  // (retried every loop: at most kWaitMax apart). Each list holds a session at most once.
+  std::vector<uint32_t> work;
+  work.swap(spill_dirty_);
+  work.insert(work.end(), spill_busy_.begin(), spill_busy_.end());
+  spill_busy_.clear();
+  for (uint32_t slot : work) {
+    Session& s = sessions_[slot];
     if (s.state != State::kSpill) continue;
     SpillSlot& ss = spills_.object(s.spill_slot);
-    if (ss.dirty || (retry_all && ss.held)) {
-      ss.dirty = false;
-      drive_spill(i);
-    }
+    ss.dirty = false;
+    ss.busy_listed = false;
+    drive_spill(slot);
   }
+  work.clear();
+  if (spill_dirty_.empty()) spill_dirty_.swap(work);  // keep the capacity
 }
 
 }  // namespace sluice::uring::detail
