@@ -1,0 +1,96 @@
+// What one lcore of the DPDK engine is told at start (addresses, ports, routes, limits, timers)
+// and its view of control's decisions (the Router). Plain data; the gateway fills it from the
+// TOML config and adapts control's replicas to the Router.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dataplane/dpdk/net/packet.h"
+#include "dataplane/session/config.h"
+#include "dataplane/session/queue_key.h"
+
+namespace sluice::dpdk::engine {
+
+// A static IPv4 route: destinations in prefix/length leave by `port`, to `gateway` (0: the
+// destination is on the link itself). The longest matching prefix wins.
+struct Route {
+  uint32_t prefix = 0;
+  uint8_t length = 0;
+  uint32_t gateway = 0;
+  uint16_t port = 0;
+};
+
+struct LcoreConfig {
+  // Index = port id as the frames carry it; the MAC each port answers and sends with.
+  std::vector<net::MacAddr> port_macs;
+  // Clients connect to virtual_ip on one of listen_ports.
+  uint32_t virtual_ip = 0;
+  std::vector<uint16_t> listen_ports = {61613};
+  // The owner leg's sources: every local address with ports [local_port_min, local_port_max].
+  std::vector<uint32_t> local_ips;
+  uint16_t local_port_min = 20000;
+  uint16_t local_port_max = 59999;
+  std::vector<Route> routes;
+  // Where spill sessions are spliced to (the gateway's own spill listener, behind the
+  // exception port) and where an owner that refuses or does not answer sends the session.
+  uint32_t spill_ip = 0;
+  uint16_t spill_port = 0;
+  // The TAP port to the gateway's own kernel (admin API, SSH, the spill listener), -1: none.
+  // Frames for addresses that are not the engine's go there; frames from it leave by the
+  // route of their destination.
+  int32_t exception_port = -1;
+
+  // Limits (DESIGN section 4: memory is sized from these at start).
+  uint32_t flows_max = 65536;         // every flow, spliced or not
+  uint32_t prelude_flows_max = 1024;  // flows still in the prelude or binding (64 KiB each)
+  uint32_t neighbors_max = 256;
+  uint32_t owner_greeting_bytes_max = 4096;  // the owner's CONNECTED frame
+  uint32_t ack_storm_max = 2000;             // identical pure ACKs per flow per 10 ms window
+
+  // TCP of the gateway's own segments (handshake, prelude replies, replay).
+  uint16_t mss = 1460;       // announced to clients
+  uint8_t window_scale = 7;  // announced to clients that offer window scaling
+  uint32_t rto_initial_ms = 200;
+  uint32_t rto_max_ms = 3000;
+  uint32_t retries_max = 6;    // retransmissions of one segment before the flow is reset
+  uint32_t syn_rto_ms = 1000;  // the owner SYN's retransmission interval
+
+  // Deadlines of a flow's states, in the manner of a stateful NAT.
+  uint32_t connect_timeout_ms = 2000;  // owner SYN to the owner's CONNECTED
+  uint64_t established_idle_ms = 7'200'000;
+  uint32_t fin_timeout_ms = 60'000;  // after a FIN each way, or after the gateway's own FIN
+  uint32_t reset_linger_ms = 2'000;  // after a RST: absorb what is still in flight
+
+  std::array<uint8_t, 16> cookie_key{};
+  session::SessionConfig session;
+
+  // Empty when valid; otherwise names the first wrong setting.
+  std::string validate() const;
+};
+
+// Where a session goes (DESIGN section 3, RESOLVE): the owner's STOMP listener, the spill
+// listener, or an ERROR to the client.
+struct Target {
+  enum class Kind : uint8_t { kOwner, kSpill, kRefuse };
+  Kind kind = Kind::kSpill;
+  uint32_t node = UINT32_MAX;
+  uint32_t ip = 0;
+  uint16_t port = 0;
+  std::string_view message;  // kRefuse
+};
+
+// The lcore's view of control's decisions. Called on the lcore only.
+class Router {
+ public:
+  virtual ~Router() = default;
+  virtual Target route(const session::QueueKey& key, uint64_t session_hash) = 0;
+  // The owner's SYN was refused or not answered (passive health).
+  virtual void connect_failed(uint32_t node) = 0;
+};
+
+}  // namespace sluice::dpdk::engine

@@ -1,0 +1,91 @@
+// One spliced session's state on its lcore (private to the engine): both legs' addresses and
+// sequence spaces, the gateway's own TCP sender state while it still speaks for a peer, and the
+// sequence maps of the splice.
+#pragma once
+
+#include <cstdint>
+
+#include "dataplane/dpdk/flow/tuple_map.h"
+#include "dataplane/dpdk/net/packet.h"
+#include "dataplane/dpdk/splice/seq_map.h"
+
+namespace sluice::dpdk::engine::detail {
+
+enum class FlowState : uint8_t {
+  kFree,
+  kPrelude,     // the gateway is the client's STOMP server
+  kConnecting,  // owner SYN sent, waiting for SYN-ACK
+  kReplay,      // replaying the bind plan, reading the owner's CONNECTED
+  kSpliced,     // rewriting only
+  kClosing,     // the gateway closed the client leg itself (ERROR, DISCONNECT): FIN sent
+  kLinger,      // both FINs seen, or a RST: absorbing stragglers until the timer frees it
+};
+const char* flow_state_name(FlowState s);
+
+constexpr uint32_t kNoSlot = UINT32_MAX;
+
+struct Leg {
+  flow::Tuple rx;         // as the peer's frames arrive (peer -> gateway)
+  net::MacAddr peer_mac;  // next hop towards the peer
+  uint16_t port = 0;      // port the leg's frames leave by
+  bool wscale_ok = false;
+  uint8_t peer_wscale = 0;  // shift of the peer's window fields (0 when not negotiated)
+  uint8_t our_wscale = 0;   // shift of the window fields the peer receives
+  bool sack_ok = false;
+  bool ts_ok = false;
+  uint16_t peer_mss = 536;
+  uint32_t peer_window = 0;  // bytes, from the last segment
+  uint32_t ts_recent = 0;    // the peer's last TSval
+  bool fin_seen = false;     // the peer sent FIN (at fin_seq, its own space)
+  uint32_t fin_seq = 0;
+  // ACK-storm window (identical pure ACKs in a 10 ms window).
+  uint64_t storm_window_ms = 0;
+  uint32_t storm_count = 0;
+  uint32_t last_ack = 0;
+  uint16_t last_window = 0;
+};
+
+struct Flow {
+  FlowState state = FlowState::kFree;
+  uint32_t next_free = kNoSlot;
+  uint32_t slot = kNoSlot;  // prelude/binding buffers, kNoSlot once spliced
+
+  Leg client;  // rx: client -> virtual ip
+  Leg owner;   // rx: owner -> local address
+
+  // Client leg, gateway as server. Sequence numbers in the client leg's spaces.
+  uint32_t client_isn = 0;
+  uint32_t our_isn = 0;  // the cookie
+  uint32_t rcv_nxt = 0;  // next client byte the gateway expects (prelude)
+  uint32_t snd_una = 0;  // injected bytes to the client: [our_isn + 1, snd_nxt)
+  uint32_t snd_nxt = 0;
+  bool our_fin = false;  // the gateway sent FIN after its injected bytes (kClosing)
+
+  // Owner leg, gateway as client; the owner leg's ISN is the client's (DESIGN section 7).
+  uint32_t node = UINT32_MAX;
+  bool to_spill = false;
+  uint32_t owner_isn = 0;
+  uint32_t o_rcv_nxt = 0;  // next owner byte (greeting)
+  uint32_t o_snd_una = 0;  // replay bytes acknowledged by the owner
+  uint32_t o_snd_nxt = 0;
+  uint32_t replay_bytes = 0;  // connect' + rest, contiguous at the start of the slot's buffer
+  uint32_t greeting_fill = 0;
+  bool greeting_done = false;
+  uint32_t ts_offset = 0;  // owner TSval + ts_offset = what the client sees
+  uint16_t local_port = 0;
+  uint32_t local_ip = 0;
+  uint32_t next_hop = 0;
+  uint32_t owner_seq_max = 0;  // spliced: the end of what reached the owner (for our ACKs)
+
+  splice::SeqMap c2o{0};  // client -> owner data
+  splice::SeqMap o2c{0};  // owner -> client data
+
+  // Timers: one per flow in the wheel; these say what it is for.
+  uint64_t deadline_ms = 0;  // the state's deadline
+  uint64_t rtx_at_ms = 0;    // 0: nothing outstanding
+  uint32_t rto_ms = 0;
+  uint32_t retries = 0;
+  uint64_t last_seen_ms = 0;  // spliced: idle expiry
+};
+
+}  // namespace sluice::dpdk::engine::detail

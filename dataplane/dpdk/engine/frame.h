@@ -1,0 +1,52 @@
+// A frame as the lcore's burst function sees it: bytes with room to grow, the port it came in
+// on or leaves by, and an opaque handle to the buffer that holds it (an rte_mbuf in the DPDK
+// driver, a heap block in tests). Keeps the engine's logic free of DPDK headers.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace sluice::dpdk::engine {
+
+struct Frame {
+  uint8_t* data = nullptr;  // first byte of the Ethernet header
+  uint32_t len = 0;         // bytes in the frame
+  uint32_t room = 0;        // bytes writable from `data` (len <= room)
+  uint16_t port = 0;        // rx: the port it arrived on; tx: the port it leaves by
+  void* handle = nullptr;   // the buffer's owner; opaque here
+
+  std::span<uint8_t> bytes() { return {data, len}; }
+  std::span<uint8_t> writable() { return {data, room}; }
+};
+
+// Buffers for frames the engine makes (SYN-ACKs, ACKs, replays, ARP) and for the ones it
+// drops. Not on the per-packet path of a spliced flow, so a virtual call is fine here.
+class FramePool {
+ public:
+  virtual ~FramePool() = default;
+  // A frame with len 0 and room >= the pool's data room; nullptr when the pool is empty (the
+  // engine counts it and acts as if the frame were lost on the wire).
+  virtual Frame* alloc() = 0;
+  virtual void free(Frame* f) = 0;
+};
+
+}  // namespace sluice::dpdk::engine
+
+namespace sluice::dpdk::engine {
+
+// What a poll-mode loop drives: the DPDK driver (port/) hands it received frames and sends
+// what it returns; tests and benchmarks call it directly with crafted frames.
+class BurstHandler {
+ public:
+  virtual ~BurstHandler() = default;
+  // Takes ownership of every frame in `rx`: each one is either queued for transmission
+  // (returned later by take_tx) or given back to the pool.
+  virtual void burst(std::span<Frame*> rx, uint64_t now_ns) = 0;
+  // Timers: retransmissions, deadlines, expiry. Called at least every millisecond.
+  virtual void tick(uint64_t now_ns) = 0;
+  // Frames to transmit since the last call, each with Frame::port set. The caller owns them
+  // (it frees what the port does not take and counts it).
+  virtual std::span<Frame*> take_tx() = 0;
+};
+
+}  // namespace sluice::dpdk::engine

@@ -1,0 +1,204 @@
+// One lcore of the DPDK engine: the delayed-binding TCP splicer (DESIGN section 7, issue 7).
+// It answers ARP and ICMP echo, completes clients' handshakes with SYN cookies, speaks the STOMP
+// prelude at packet level through the session core, connects to the owner from a local address
+// with the client's ISN, replays the bind plan, strips the owner's CONNECTED and from then on
+// rewrites addresses and sequence numbers packet by packet. Pure C++ over Frames: the DPDK
+// driver (port/) feeds it mbufs, tests feed it crafted frames.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "dataplane/dpdk/engine/config.h"
+#include "dataplane/dpdk/engine/flow.h"
+#include "dataplane/dpdk/engine/frame.h"
+#include "dataplane/dpdk/flow/timer_wheel.h"
+#include "dataplane/dpdk/flow/tuple_map.h"
+#include "dataplane/dpdk/net/packet.h"
+#include "dataplane/dpdk/splice/syn_cookie.h"
+#include "dataplane/session/owner_greeting.h"
+#include "dataplane/session/prelude.h"
+
+namespace sluice::dpdk::engine {
+
+// Every counted event of an lcore (metrics: sluice_dpdk_*).
+struct LcoreCounters {
+  uint64_t rx_frames = 0;
+  uint64_t tx_frames = 0;
+  uint64_t tx_full = 0;     // the lcore's tx array was full: frame dropped
+  uint64_t pool_empty = 0;  // no buffer for a frame the gateway makes
+  std::array<uint64_t, size_t(net::Reason::kCount)> rx_invalid{};  // by parse reason
+  uint64_t rx_not_handled = 0;  // valid, but for no flow, address or service of ours
+  uint64_t exception_frames = 0;
+  uint64_t arp_replies = 0;
+  uint64_t arp_requests = 0;
+  uint64_t neighbors_full = 0;
+  uint64_t no_route = 0;
+  uint64_t icmp_echo_replies = 0;
+  uint64_t bad_tcp_checksum = 0;
+  uint64_t syn_cookies_sent = 0;
+  uint64_t cookies_bad = 0;
+  uint64_t flows_created = 0;
+  uint64_t flows_refused = 0;  // flows_max or prelude_flows_max reached
+  uint64_t flows_freed = 0;
+  uint64_t flows_expired = 0;  // freed by a deadline (idle, connect, prelude, linger)
+  uint64_t resets_sent = 0;
+  uint64_t out_of_order = 0;  // segments the gateway's own endpoint dropped (not in order)
+  uint64_t duplicates = 0;    // segments wholly before rcv_nxt (re-acknowledged)
+  uint64_t retransmits = 0;   // segments the gateway sent again
+  uint64_t retransmit_giveups = 0;
+  std::array<uint64_t, 9> prelude_ends{};  // by session::PreludeEnd
+  uint64_t binds_owner = 0;
+  uint64_t binds_spill = 0;
+  uint64_t binds_refused = 0;
+  uint64_t local_ports_exhausted = 0;
+  uint64_t owner_refused = 0;   // RST to the owner SYN
+  uint64_t owner_timeouts = 0;  // no SYN-ACK, or no CONNECTED, within connect_timeout_ms
+  uint64_t owner_errors = 0;    // the owner's first frame was ERROR or not STOMP
+  uint64_t spliced = 0;         // flows that reached splice mode
+  uint64_t c2o_packets = 0;
+  uint64_t c2o_bytes = 0;
+  uint64_t o2c_packets = 0;
+  uint64_t o2c_bytes = 0;
+  uint64_t removed_range = 0;  // segments inside bytes the gateway removed, answered locally
+  uint64_t ack_storm_drops = 0;
+  uint64_t flow_resets = 0;  // RST seen on a spliced flow
+};
+
+class Lcore final : public BurstHandler {
+ public:
+  // `pool` makes the frames the lcore sends itself; `router` answers RESOLVE. Both outlive it.
+  Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_t now_ns);
+  ~Lcore() override;
+
+  void burst(std::span<Frame*> rx, uint64_t now_ns) override;
+  void tick(uint64_t now_ns) override;
+  std::span<Frame*> take_tx() override;
+
+  const LcoreCounters& counters() const { return counters_; }
+  uint32_t flows() const { return flows_in_use_; }
+  uint32_t prelude_flows() const { return slots_in_use_; }
+  uint32_t neighbors() const { return neighbor_count_; }
+  // The state of the flow a client tuple (as the client sends it) belongs to; kFree if none.
+  detail::FlowState flow_state(const flow::Tuple& client) const;
+  // Learns or refreshes a neighbour as an ARP reply would (static entries from config).
+  void add_neighbor(uint32_t ip, const net::MacAddr& mac);
+
+  static constexpr size_t kTxMax = 1024;
+
+ private:
+  using Flow = detail::Flow;
+  using Leg = detail::Leg;
+  struct Slot;  // prelude and binding buffers of one flow
+
+  // lcore.cc: dispatch, L2/L3, frames out, timers, flow table
+  void handle(Frame* f);
+  void handle_arp(Frame* f, net::Packet& p);
+  void handle_tcp(Frame* f, net::Packet& p);
+  bool is_local_ip(uint32_t ip) const;
+  bool is_listen(uint32_t ip, uint16_t port) const;
+  void send(Frame* f);
+  void drop(Frame* f);
+  void to_exception(Frame* f);
+  const Route* route_for(uint32_t ip) const;
+  const net::MacAddr* neighbor(uint32_t ip) const;
+  void arp_request(uint16_t port, uint32_t target);
+  void on_timer(uint32_t id);
+  void arm(Flow& fl);
+  Flow* alloc_flow();
+  void free_flow(Flow& fl);
+  uint32_t index_of(const Flow& fl) const;
+  bool alloc_local_port(Flow& fl);
+  void free_local_port(Flow& fl);
+
+  // tcp_out.cc: segments the gateway sends itself
+  struct Seg {
+    uint32_t seq = 0;
+    uint32_t ack = 0;
+    uint8_t flags = 0;
+    uint16_t window = 0;
+    std::span<const uint8_t> payload;
+    bool syn_options = false;
+    bool timestamps = false;
+    uint32_t ts_value = 0;
+    uint32_t ts_echo = 0;
+  };
+  void send_to_client(const Flow& fl, const Seg& s);
+  void send_to_owner(const Flow& fl, const Seg& s);
+  void send_reset_reply(const net::Packet& p, uint16_t port);
+  uint32_t ts_now() const;
+  uint16_t client_window(const Flow& fl) const;
+  uint16_t owner_window(const Flow& fl) const;
+
+  // client_leg.cc: handshake and prelude
+  void client_no_flow(Frame* f, net::Packet& p);
+  void client_open(Frame* f, net::Packet& p, const splice::SynOptions& o);
+  void client_prelude(Flow& fl, Frame* f, net::Packet& p);
+  void client_ack(Flow& fl, const net::Packet& p);
+  void prelude_events(Flow& fl);
+  bool inject(Flow& fl, std::string_view bytes);
+  void send_injected(Flow& fl, bool retransmit);
+  void close_client(Flow& fl, std::string_view last_bytes);
+  void client_closing(Flow& fl, Frame* f, net::Packet& p);
+  void refuse(Flow& fl, std::string_view message, std::string_view detail);
+
+  // owner_leg.cc: bind, connect, replay, greeting
+  void bind(Flow& fl);
+  void connect_to(Flow& fl, const Target& t);
+  void send_owner_syn(Flow& fl);
+  void owner_failed(Flow& fl, bool refused);
+  void owner_binding(Flow& fl, Frame* f, net::Packet& p);
+  void send_replay(Flow& fl, bool retransmit);
+  void greeting_bytes(Flow& fl, Frame* f, net::Packet& p);
+  void maybe_splice(Flow& fl);
+  void abort_flow(Flow& fl, bool reset_client);
+  void release_owner_leg(Flow& fl, bool reset);
+  void update_rtx(Flow& fl);
+
+  // splice_path.cc: the rewrite fast path and the end of a spliced flow
+  void from_client(Flow& fl, Frame* f, net::Packet& p);
+  void from_owner(Flow& fl, Frame* f, net::Packet& p);
+  bool ack_storm(Leg& leg, const net::Packet& p);
+  void after_fin_or_rst(Flow& fl, const net::Packet& p, uint32_t src_seq, bool from_client);
+
+  const LcoreConfig config_;
+  Router& router_;
+  FramePool& pool_;
+  splice::SynCookies cookies_;
+  uint64_t now_ns_ = 0;
+  uint64_t now_ms_ = 0;
+
+  std::vector<Flow> flows_;
+  uint32_t free_head_ = detail::kNoSlot;
+  uint32_t flows_in_use_ = 0;
+  flow::TupleMap tuples_;
+  flow::TimerWheel timers_;
+
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<uint32_t> free_slots_;
+  uint32_t slots_in_use_ = 0;
+
+  // Owner-leg source ports: one bit per (local ip, port) pair in use.
+  std::vector<uint64_t> ports_in_use_;
+  uint32_t port_cursor_ = 0;
+
+  struct Neighbor {
+    uint32_t ip = 0;
+    net::MacAddr mac;
+    uint64_t asked_ms = 0;
+    bool resolved = false;
+  };
+  std::vector<Neighbor> neighbors_;
+  uint32_t neighbor_count_ = 0;
+
+  std::array<Frame*, kTxMax> tx_{};
+  size_t tx_count_ = 0;
+  LcoreCounters counters_;
+};
+
+}  // namespace sluice::dpdk::engine

@@ -1,0 +1,343 @@
+// The owner leg while the gateway is the owner's client: RESOLVE, the SYN from a local
+// address with the client's ISN and options, the fall-back to the spill listener, the replay
+// of the bind plan until acknowledged, the owner's CONNECTED (stripped) and the switch to
+// splice mode.
+#include <algorithm>
+#include <cstring>
+
+#include "dataplane/dpdk/engine/lcore.h"
+#include "dataplane/dpdk/engine/slot.h"
+
+namespace sluice::dpdk::engine {
+
+using detail::FlowState;
+using splice::seq_gt;
+using splice::seq_leq;
+using splice::seq_lt;
+
+namespace {
+constexpr uint64_t kArpWaitMs = 100;  // SYN retry while the next hop's MAC is unknown
+}
+
+void Lcore::bind(Flow& fl) {
+  Slot& s = *slots_[fl.slot];
+  const Target t = router_.route(s.prelude->key(), flow::tuple_hash(fl.client.rx));
+  if (t.kind == Target::Kind::kRefuse) {
+    ++counters_.binds_refused;
+    refuse(fl, t.message, "the destination cannot be routed");
+    return;
+  }
+  const session::BindPlan plan = s.prelude->take_bind_plan();
+  const uint32_t connect_bytes = uint32_t(plan.connect.size());
+  const uint32_t connect_end = connect_bytes + plan.connect_bytes_removed;
+  // Make the replay contiguous: the rewritten CONNECT, then every byte after the original.
+  std::memmove(s.buffer.get() + connect_bytes, plan.rest.data(), plan.rest.size());
+  fl.replay_bytes = connect_bytes + uint32_t(plan.rest.size());
+  const bool edited = fl.c2o.add(splice::SeqEdit{fl.client_isn + 1, connect_end, connect_bytes});
+  SLUICE_ASSERT(edited);
+  if (t.kind == Target::Kind::kSpill) {
+    connect_to(fl,
+               Target{Target::Kind::kSpill, UINT32_MAX, config_.spill_ip, config_.spill_port, {}});
+    return;
+  }
+  connect_to(fl, t);
+}
+
+void Lcore::connect_to(Flow& fl, const Target& t) {
+  if (t.kind == Target::Kind::kSpill && config_.spill_ip == 0) {
+    ++counters_.binds_refused;
+    refuse(fl, "owner unavailable, retry later", "the owner is down and no spill is configured");
+    return;
+  }
+  fl.node = t.node;
+  fl.to_spill = t.kind == Target::Kind::kSpill;
+  const Route* route = route_for(t.ip);
+  if (route == nullptr) {
+    ++counters_.no_route;
+    if (!fl.to_spill) {
+      owner_failed(fl, false);
+      return;
+    }
+    refuse(fl, "owner unavailable, retry later", "no route to the spill listener");
+    return;
+  }
+  fl.owner.rx.src_ip = t.ip;
+  fl.owner.rx.src_port = t.port;
+  fl.owner.port = route->port;
+  fl.next_hop = route->gateway != 0 ? route->gateway : t.ip;
+  if (!alloc_local_port(fl)) {
+    refuse(fl, "gateway busy, retry later", "no free local port for the owner connection");
+    return;
+  }
+  ++(fl.to_spill ? counters_.binds_spill : counters_.binds_owner);
+  fl.state = FlowState::kConnecting;
+  fl.deadline_ms = now_ms_ + config_.connect_timeout_ms;
+  fl.o_snd_una = fl.o_snd_nxt = fl.client_isn + 1;
+  send_owner_syn(fl);
+}
+
+void Lcore::send_owner_syn(Flow& fl) {
+  if (const net::MacAddr* mac = neighbor(fl.next_hop)) fl.owner.peer_mac = *mac;
+  const bool known = neighbor(fl.next_hop) != nullptr;
+  send_to_owner(fl, Seg{fl.client_isn,
+                        0,
+                        net::kSyn,
+                        uint16_t(std::min<uint32_t>(fl.client.peer_window, 0xffff)),
+                        {},
+                        true});
+  fl.rtx_at_ms = now_ms_ + (known ? config_.syn_rto_ms : kArpWaitMs);
+  arm(fl);
+}
+
+void Lcore::release_owner_leg(Flow& fl, bool reset) {
+  if (fl.local_port == 0) return;
+  if (reset && (fl.state == FlowState::kConnecting || fl.state == FlowState::kReplay)) {
+    send_to_owner(fl, Seg{fl.o_snd_nxt, 0, net::kRst, 0});
+    ++counters_.resets_sent;
+  }
+  free_local_port(fl);
+}
+
+void Lcore::owner_failed(Flow& fl, bool refused) {
+  if (refused) ++counters_.owner_refused;
+  const bool was_spill = fl.to_spill;
+  if (!was_spill) router_.connect_failed(fl.node);
+  release_owner_leg(fl, !refused);
+  fl.rtx_at_ms = 0;
+  if (!was_spill) {
+    // DESIGN section 3, CONNECTING: the client sees no error; the session spills.
+    connect_to(fl,
+               Target{Target::Kind::kSpill, UINT32_MAX, config_.spill_ip, config_.spill_port, {}});
+    return;
+  }
+  refuse(fl, "owner unavailable, retry later", "neither the owner nor the spill listener answered");
+}
+
+void Lcore::abort_flow(Flow& fl, bool reset_client) {
+  release_owner_leg(fl, true);
+  if (reset_client) {
+    send_to_client(fl, Seg{fl.snd_nxt, 0, net::kRst, 0});
+    ++counters_.resets_sent;
+  }
+  free_flow(fl);
+}
+
+void Lcore::owner_binding(Flow& fl, Frame* f, net::Packet& p) {
+  if (!tcp_checksum_ok(f, p)) {
+    ++counters_.bad_tcp_checksum;
+    drop(f);
+    return;
+  }
+  Leg& o = fl.owner;
+  if (fl.state == FlowState::kConnecting) {
+    const bool acks_syn = (p.flags & net::kAck) && p.ack == fl.client_isn + 1;
+    if ((p.flags & net::kRst) && acks_syn) {
+      drop(f);
+      owner_failed(fl, true);
+      return;
+    }
+    if ((p.flags & (net::kSyn | net::kAck | net::kRst)) != (net::kSyn | net::kAck) || !acks_syn) {
+      drop(f);
+      return;
+    }
+    o.peer_mac = p.src_mac;
+    o.wscale_ok = fl.client.wscale_ok && p.options.has_window_scale;
+    o.peer_wscale = o.wscale_ok ? std::min<uint8_t>(p.options.window_scale, 14) : 0;
+    o.our_wscale = o.wscale_ok ? fl.client.peer_wscale : 0;
+    o.sack_ok = fl.client.sack_ok && p.options.sack_permitted;
+    o.ts_ok = fl.client.ts_ok && p.options.has_timestamps;
+    o.ts_recent = p.options.timestamps.value;
+    o.peer_mss = p.options.has_mss ? p.options.mss : 536;
+    o.peer_window = p.window;  // a SYN's window is never scaled
+    fl.owner_isn = p.seq;
+    fl.o_rcv_nxt = p.seq + 1;
+    fl.o_snd_una = fl.client_isn + 1;
+    // The client keeps seeing timestamps that never go back (it saw the gateway's first).
+    fl.ts_offset = ts_now() + 1 - o.ts_recent;
+    fl.o2c = splice::SeqMap(fl.our_isn - fl.owner_isn);
+    Slot& s = *slots_[fl.slot];
+    s.owner_greeting.emplace(config_.session.frame_limits, s.prelude->version());
+    fl.greeting_fill = 0;
+    fl.state = FlowState::kReplay;
+    fl.rtx_at_ms = 0;
+    fl.retries = 0;
+    fl.rto_ms = config_.rto_initial_ms;
+    drop(f);
+    send_replay(fl, false);
+    arm(fl);
+    return;
+  }
+  if (fl.state != FlowState::kReplay) {
+    drop(f);
+    return;
+  }
+  if (p.flags & net::kRst) {
+    drop(f);
+    if (p.seq != fl.o_rcv_nxt) return;
+    ++counters_.owner_errors;
+    free_local_port(fl);
+    refuse(fl, "owner closed the connection", "the owner reset the connection after the replay");
+    return;
+  }
+  if (p.flags & net::kSyn) {
+    // Our ACK of its SYN-ACK was lost: the replay's next segment acknowledges it again.
+    drop(f);
+    send_replay(fl, true);
+    return;
+  }
+  if (!(p.flags & net::kAck)) {
+    drop(f);
+    return;
+  }
+  if (o.ts_ok && p.options.has_timestamps && seq_leq(p.seq, fl.o_rcv_nxt))
+    o.ts_recent = p.options.timestamps.value;
+  o.peer_window = uint32_t(p.window) << o.peer_wscale;
+  if (seq_gt(p.ack, fl.o_snd_una) && seq_leq(p.ack, fl.o_snd_nxt)) {
+    fl.o_snd_una = p.ack;
+    fl.retries = 0;
+    fl.rto_ms = config_.rto_initial_ms;
+    fl.rtx_at_ms = 0;
+  }
+  if (p.payload_bytes > 0 || (p.flags & net::kFin)) {
+    greeting_bytes(fl, f, p);
+    if (fl.state != FlowState::kReplay) return;
+  } else {
+    drop(f);
+  }
+  send_replay(fl, false);
+  maybe_splice(fl);
+}
+
+void Lcore::greeting_bytes(Flow& fl, Frame* f, net::Packet& p) {
+  const Seg ack{fl.o_snd_nxt, fl.o_rcv_nxt, net::kAck, owner_window(fl)};
+  if (fl.greeting_done) {
+    // Owner bytes after its CONNECTED before the splice: not acknowledged, the owner sends
+    // them again and they reach the client through the splice.
+    drop(f);
+    return;
+  }
+  if (seq_gt(p.seq, fl.o_rcv_nxt)) {
+    ++counters_.out_of_order;
+    drop(f);
+    send_to_owner(fl, ack);
+    return;
+  }
+  const uint32_t end = p.seq + p.payload_bytes;
+  if (seq_leq(end, fl.o_rcv_nxt)) {
+    if (p.flags & net::kFin) {
+      drop(f);
+      ++counters_.owner_errors;
+      release_owner_leg(fl, true);
+      refuse(fl, "owner closed the connection", "the owner closed before its CONNECTED");
+      return;
+    }
+    ++counters_.duplicates;
+    drop(f);
+    send_to_owner(fl, ack);
+    return;
+  }
+  Slot& s = *slots_[fl.slot];
+  const std::string_view fresh = payload_of(f, p).substr(fl.o_rcv_nxt - p.seq);
+  const uint32_t room = s.greeting_bytes_max - fl.greeting_fill;
+  const uint32_t n = uint32_t(std::min<size_t>(fresh.size(), room));
+  std::memcpy(s.greeting.get() + fl.greeting_fill, fresh.data(), n);
+  fl.greeting_fill += n;
+  drop(f);
+  const session::GreetingResult r =
+      s.owner_greeting->on_bytes(std::string_view(s.greeting.get(), fl.greeting_fill));
+  switch (r.kind) {
+    case session::GreetingResult::Kind::kNeedMore:
+      if (n < fresh.size()) {
+        ++counters_.owner_errors;
+        release_owner_leg(fl, true);
+        refuse(fl, "owner sent an invalid greeting", "the owner's first frame is too large");
+        return;
+      }
+      fl.o_rcv_nxt += n;
+      send_to_owner(fl, Seg{fl.o_snd_nxt, fl.o_rcv_nxt, net::kAck, owner_window(fl)});
+      return;
+    case session::GreetingResult::Kind::kStrip: {
+      const uint32_t g = uint32_t(r.consumed);
+      fl.greeting_done = true;
+      fl.o_rcv_nxt = fl.owner_isn + 1 + g;
+      const bool edited = fl.o2c.add(splice::SeqEdit{fl.owner_isn + 1, g, s.injected_bytes});
+      SLUICE_ASSERT(edited);
+      send_to_owner(fl, Seg{fl.o_snd_nxt, fl.o_rcv_nxt, net::kAck, owner_window(fl)});
+      return;
+    }
+    case session::GreetingResult::Kind::kForwardError:
+    case session::GreetingResult::Kind::kProtocolError: {
+      ++counters_.owner_errors;
+      // The ERROR lives in the greeting buffer or the OwnerGreeting: copy before closing.
+      char copy[Slot::kInjectBytesMax];
+      const size_t bytes = std::min(r.to_client.size(), sizeof copy);
+      std::memcpy(copy, r.to_client.data(), bytes);
+      release_owner_leg(fl, true);
+      close_client(fl, std::string_view(copy, bytes));
+      return;
+    }
+  }
+}
+
+void Lcore::send_replay(Flow& fl, bool retransmit) {
+  if (fl.state != FlowState::kReplay) return;
+  Slot& s = *slots_[fl.slot];
+  const uint32_t begin = fl.client_isn + 1;
+  const uint32_t end = begin + fl.replay_bytes;
+  // Send within the owner's window, and at least one segment (a zero window is probed).
+  const uint32_t mss = std::min<uint32_t>(fl.owner.peer_mss, config_.mss);
+  const uint32_t limit = fl.o_snd_una + std::max(fl.owner.peer_window, mss);
+  uint32_t at = retransmit ? fl.o_snd_una : fl.o_snd_nxt;
+  bool sent = false;
+  while (seq_lt(at, end) && seq_lt(at, limit)) {
+    uint32_t n = std::min(mss, end - at);
+    n = std::min(n, limit - at);
+    const bool last = at + n == end;
+    send_to_owner(
+        fl, Seg{at, fl.o_rcv_nxt, uint8_t(net::kAck | (last ? net::kPsh : 0)), owner_window(fl),
+                std::span<const uint8_t>(
+                    reinterpret_cast<const uint8_t*>(s.buffer.get()) + (at - begin), n)});
+    if (retransmit) ++counters_.retransmits;
+    sent = true;
+    at += n;
+  }
+  if (retransmit && !sent) {
+    // Everything is acknowledged: a bare ACK (e.g. for a repeated SYN-ACK).
+    send_to_owner(fl, Seg{fl.o_snd_nxt, fl.o_rcv_nxt, net::kAck, owner_window(fl)});
+  }
+  if (seq_gt(at, fl.o_snd_nxt)) fl.o_snd_nxt = at;
+  update_rtx(fl);
+}
+
+void Lcore::update_rtx(Flow& fl) {
+  const bool client_out = fl.snd_una != fl.snd_nxt;
+  const bool owner_out = fl.state == FlowState::kReplay && fl.o_snd_una != fl.o_snd_nxt;
+  if (fl.state == FlowState::kConnecting) return;  // the SYN's own interval
+  if (!client_out && !owner_out) {
+    fl.rtx_at_ms = 0;
+  } else if (fl.rtx_at_ms == 0) {
+    fl.rtx_at_ms = now_ms_ + fl.rto_ms;
+  }
+  arm(fl);
+}
+
+void Lcore::maybe_splice(Flow& fl) {
+  if (fl.state != FlowState::kReplay || !fl.greeting_done) return;
+  if (fl.o_snd_una != fl.client_isn + 1 + fl.replay_bytes) return;
+  // The client must hold every byte the gateway injected: after the switch nobody would
+  // send them again.
+  if (fl.snd_una != fl.snd_nxt) return;
+  fl.state = FlowState::kSpliced;
+  slots_[fl.slot]->reset();
+  free_slots_.push_back(fl.slot);
+  --slots_in_use_;
+  fl.slot = detail::kNoSlot;
+  fl.rtx_at_ms = 0;
+  fl.last_seen_ms = now_ms_;
+  fl.deadline_ms = now_ms_ + config_.established_idle_ms;
+  fl.owner_seq_max = fl.o_snd_nxt;
+  ++counters_.spliced;
+  arm(fl);
+}
+
+}  // namespace sluice::dpdk::engine

@@ -1,0 +1,61 @@
+// The buffers of a flow that the gateway still speaks for (prelude, binding): the client's
+// prelude bytes, the bytes the gateway injected towards the client (kept until acknowledged)
+// and the owner's first frame. Allocated at start, prelude_flows_max of them.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+
+#include "dataplane/dpdk/engine/config.h"
+#include "dataplane/dpdk/engine/lcore.h"
+#include "dataplane/dpdk/net/checksum.h"
+#include "dataplane/session/owner_greeting.h"
+#include "dataplane/session/prelude.h"
+
+namespace sluice::dpdk::engine {
+
+struct Lcore::Slot {
+  // CONNECTED, a RECEIPT for an early DISCONNECT, an ERROR: all well under this.
+  static constexpr uint32_t kInjectBytesMax = 2048;
+
+  explicit Slot(const LcoreConfig& c)
+      : prelude_bytes(c.session.prelude_bytes_max),
+        greeting_bytes_max(c.owner_greeting_bytes_max),
+        buffer(new char[c.session.prelude_bytes_max]),  // untouched until used
+        greeting(new char[c.owner_greeting_bytes_max]) {}
+
+  void reset() {
+    prelude.reset();
+    owner_greeting.reset();
+    injected_bytes = 0;
+  }
+
+  const uint32_t prelude_bytes;
+  const uint32_t greeting_bytes_max;
+  std::unique_ptr<char[]> buffer;
+  std::unique_ptr<char[]> greeting;
+  std::optional<session::Prelude> prelude;
+  std::optional<session::OwnerGreeting> owner_greeting;
+  std::array<char, kInjectBytesMax> injected;  // written before read
+  uint32_t injected_bytes = 0;
+};
+
+// The TCP checksum of a segment the gateway terminates (handshake, prelude, greeting). Spliced
+// segments are not verified: incremental updates keep a bad checksum bad for the receiver.
+inline bool tcp_checksum_ok(const Frame* f, const net::Packet& p) {
+  const uint16_t l4_bytes = uint16_t(p.frame_end - p.l4_offset);
+  return net::checksum_ok(std::span<const uint8_t>(f->data + p.l4_offset, l4_bytes),
+                          net::pseudo_header_sum(p.src_ip, p.dst_ip, net::kProtoTcp, l4_bytes));
+}
+
+// The prelude's next deadline in whole milliseconds, rounded up (the timers tick in ms).
+inline uint64_t prelude_deadline_ms(const session::Prelude& p) {
+  return (uint64_t(p.deadline()) + 999'999) / 1'000'000;
+}
+
+inline std::string_view payload_of(const Frame* f, const net::Packet& p) {
+  return {reinterpret_cast<const char*>(f->data + p.payload_offset), p.payload_bytes};
+}
+
+}  // namespace sluice::dpdk::engine

@@ -1,0 +1,886 @@
+// The DPDK engine's lcore at packet level: crafted frames go into its burst function, the frames
+// it emits are parsed (checksums verified) and checked. Handshake and cookies, the prelude as a
+// TCP endpoint, binding (SYN, replay, greeting), splice mode, close and expiry, L2/L3.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dataplane/dpdk/engine/lcore.h"
+#include "dataplane/dpdk/net/checksum.h"
+#include "tests/dpdk_sim/sim.h"
+
+namespace {
+
+namespace net = sluice::dpdk::net;
+namespace engine = sluice::dpdk::engine;
+namespace flow = sluice::dpdk::flow;
+using namespace sluice::dpdk::sim;
+using engine::detail::FlowState;
+
+flow::Tuple tuple_of(const Endpoint& c) {
+  return {c.ip, c.peer_ip, c.tcp_port, c.peer_port};
+}
+
+std::vector<Sent> on_port(const std::vector<Sent>& v, uint16_t port) {
+  std::vector<Sent> out;
+  for (const Sent& s : v)
+    if (s.port == port) out.push_back(s);
+  return out;
+}
+
+const Sent& only(const std::vector<Sent>& v) {
+  EXPECT_EQ(v.size(), 1u);
+  SLUICE_ASSERT(!v.empty());
+  return v.front();
+}
+
+class Splicer : public ::testing::Test {
+ protected:
+  explicit Splicer(engine::LcoreConfig c = default_config()) : b_(std::make_unique<Bench>(c)) {
+    b_->lcore->add_neighbor(kOwnerIp, kOwnerMac);
+    b_->lcore->add_neighbor(kSpillIp, kSpillMac);
+  }
+  void TearDown() override {
+    // Every frame the lcore took or made came back to the pool or went out (and was freed).
+    EXPECT_EQ(b_->pool.outstanding(), 0u);
+  }
+
+  Bench& b() { return *b_; }
+
+  // SYN, SYN-ACK, ACK. Returns the SYN-ACK.
+  Sent handshake(Endpoint& c) {
+    const auto out = b().deliver(c.segment(net::kSyn), 0);
+    const Sent& sa = only(out);
+    EXPECT_TRUE(sa.tcp());
+    EXPECT_TRUE(sa.has(net::kSyn) && sa.has(net::kAck));
+    EXPECT_EQ(sa.p.ack, c.isn + 1);
+    c.snd_nxt = c.isn + 1;
+    c.receive(sa);
+    const Sent copy = sa;
+    EXPECT_TRUE(b().deliver(c.segment(net::kAck), 0).empty());
+    EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kPrelude);
+    return copy;
+  }
+
+  // CONNECT; returns the CONNECTED the gateway injected (acknowledged by the client's next
+  // segment).
+  Sent connect(Endpoint& c) {
+    const auto out = b().deliver(c.data(kConnect), 0);
+    const Sent& s = only(out);
+    EXPECT_EQ(s.p.seq, c.rcv_nxt);
+    EXPECT_EQ(s.p.ack, c.snd_nxt);
+    EXPECT_EQ(s.payload().rfind("CONNECTED\n", 0), 0u) << s.payload();
+    c.receive(s);
+    return s;
+  }
+
+  // SEND with a destination; returns the SYN to the owner.
+  Sent bind(Endpoint& c, const std::string& frame = kSendQ1) {
+    const auto out = b().deliver(c.data(frame), 0);
+    const auto to_owner = on_port(out, 1);
+    const auto to_client = on_port(out, 0);
+    EXPECT_EQ(to_client.size(), 1u);  // the ACK of the SEND
+    if (!to_client.empty()) {
+      EXPECT_EQ(to_client[0].p.ack, c.snd_nxt);
+      EXPECT_EQ(to_client[0].p.payload_bytes, 0u);
+    }
+    const Sent& syn = only(to_owner);
+    EXPECT_TRUE(syn.has(net::kSyn) && !syn.has(net::kAck));
+    EXPECT_EQ(syn.p.seq, c.isn);  // the owner leg starts at the client's ISN
+    return syn;
+  }
+
+  // The owner's SYN-ACK; returns the replay segments.
+  std::vector<Sent> accept(Endpoint& o) {
+    const auto out = b().deliver(o.segment(net::kSyn | net::kAck), 1);
+    o.snd_nxt = o.isn + 1;
+    return on_port(out, 1);
+  }
+
+  // The whole path to splice mode; returns the owner endpoint.
+  Endpoint splice(Endpoint& c) {
+    handshake(c);
+    connect(c);
+    const Sent syn = bind(c);
+    Endpoint o = make_owner(syn);
+    const auto replay = accept(o);
+    std::string bytes;
+    for (const Sent& s : replay) {
+      bytes += s.payload();
+      o.receive(s);
+    }
+    replayed_ = bytes;
+    // The owner acknowledges the replay and sends CONNECTED; the client already acknowledged
+    // ours (its SEND carried the ACK): splice.
+    const auto out = b().deliver(o.data(kOwnerConnected), 1);
+    const Sent& ack = only(out);
+    EXPECT_EQ(ack.port, 1);
+    EXPECT_EQ(ack.p.ack, o.snd_nxt);
+    EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+    return o;
+  }
+
+  std::unique_ptr<Bench> b_;
+  std::string replayed_;
+};
+
+// ---- L2 / L3 -----------------------------------------------------------------------------
+
+std::vector<uint8_t> arp_request(uint32_t target, uint32_t sender = kClientIp) {
+  std::vector<uint8_t> f(42, 0);
+  std::fill(f.begin(), f.begin() + 6, 0xff);
+  std::copy(kClientMac.bytes.begin(), kClientMac.bytes.end(), f.begin() + 6);
+  f[12] = 0x08;
+  f[13] = 0x06;
+  const uint8_t arp[] = {0, 1, 8, 0, 6, 4, 0, 1};
+  std::copy(std::begin(arp), std::end(arp), f.begin() + 14);
+  std::copy(kClientMac.bytes.begin(), kClientMac.bytes.end(), f.begin() + 22);
+  for (int i = 0; i < 4; ++i)
+    f[28 + i] = uint8_t(sender >> (24 - 8 * i));
+  for (int i = 0; i < 4; ++i)
+    f[38 + i] = uint8_t(target >> (24 - 8 * i));
+  return f;
+}
+
+TEST_F(Splicer, ArpRequestsForTheVirtualAndLocalAddressesAreAnswered) {
+  for (uint32_t ip : {kVip, kLocalIp}) {
+    const auto out = b().deliver(arp_request(ip), 0);
+    const Sent& r = only(out);
+    ASSERT_EQ(r.parsed, net::Reason::kOk);
+    EXPECT_EQ(r.p.kind, net::Kind::kArp);
+    EXPECT_EQ(r.p.arp.operation, net::kArpReply);
+    EXPECT_EQ(r.p.arp.sender_ip, ip);
+    EXPECT_EQ(r.p.arp.sender_mac, kPort0Mac);
+    EXPECT_EQ(r.p.dst_mac, kClientMac);
+  }
+  EXPECT_EQ(b().lcore->counters().arp_replies, 2u);
+}
+
+TEST_F(Splicer, ArpForAnotherHostIsNotAnsweredWithoutAnExceptionPort) {
+  EXPECT_TRUE(b().deliver(arp_request(ip4(10, 0, 0, 99)), 0).empty());
+  EXPECT_EQ(b().lcore->counters().rx_not_handled, 1u);
+}
+
+TEST_F(Splicer, IcmpEchoToTheVirtualAddressIsAnswered) {
+  std::vector<uint8_t> f(14 + 20 + 8 + 4, 0);
+  std::copy(kPort0Mac.bytes.begin(), kPort0Mac.bytes.end(), f.begin());
+  std::copy(kClientMac.bytes.begin(), kClientMac.bytes.end(), f.begin() + 6);
+  f[12] = 0x08;
+  uint8_t* ip = f.data() + 14;
+  ip[0] = 0x45;
+  ip[3] = 32;
+  ip[8] = 64;
+  ip[9] = 1;
+  for (int i = 0; i < 4; ++i)
+    ip[12 + i] = uint8_t(kClientIp >> (24 - 8 * i));
+  for (int i = 0; i < 4; ++i)
+    ip[16 + i] = uint8_t(kVip >> (24 - 8 * i));
+  const uint16_t ipc = net::internet_checksum(std::span<const uint8_t>(ip, 20));
+  ip[10] = uint8_t(ipc >> 8);
+  ip[11] = uint8_t(ipc);
+  uint8_t* icmp = ip + 20;
+  icmp[0] = 8;
+  icmp[5] = 1;
+  icmp[7] = 1;
+  const uint16_t c = net::internet_checksum(std::span<const uint8_t>(icmp, 12));
+  icmp[2] = uint8_t(c >> 8);
+  icmp[3] = uint8_t(c);
+  const auto out = b().deliver(f, 0);
+  const Sent& r = only(out);
+  ASSERT_EQ(r.parsed, net::Reason::kOk);
+  EXPECT_EQ(r.p.kind, net::Kind::kIcmpOther);
+  EXPECT_EQ(r.p.icmp_type, 0);
+  EXPECT_EQ(r.p.dst_ip, kClientIp);
+  EXPECT_EQ(r.p.src_ip, kVip);
+}
+
+TEST_F(Splicer, TruncatedAndCorruptFramesAreCountedAndDropped) {
+  Endpoint c = make_client();
+  auto syn = c.segment(net::kSyn);
+  auto truncated = syn;
+  truncated.resize(30);
+  EXPECT_TRUE(b().deliver(truncated, 0).empty());
+  EXPECT_EQ(b().lcore->counters().rx_invalid[size_t(net::Reason::kTruncated)], 1u);
+
+  auto bad_ip = syn;
+  bad_ip[14 + 10] ^= 0x40;  // IPv4 header checksum
+  EXPECT_TRUE(b().deliver(bad_ip, 0).empty());
+  EXPECT_EQ(b().lcore->counters().rx_invalid[size_t(net::Reason::kBadIpChecksum)], 1u);
+
+  auto bad_tcp = syn;
+  bad_tcp[14 + 20 + 16] ^= 0x01;  // TCP checksum
+  EXPECT_TRUE(b().deliver(bad_tcp, 0).empty());
+  EXPECT_EQ(b().lcore->counters().bad_tcp_checksum, 1u);
+
+  auto fragment = syn;
+  fragment[14 + 6] |= 0x20;  // MF
+  EXPECT_TRUE(b().deliver(fragment, 0).empty());
+  EXPECT_EQ(b().lcore->counters().rx_invalid[size_t(net::Reason::kBadIpChecksum)] +
+                b().lcore->counters().rx_invalid[size_t(net::Reason::kFragment)],
+            2u);
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+// ---- handshake -----------------------------------------------------------------------------
+
+TEST_F(Splicer, SynGetsACookieSynAckWithTheNegotiatedOptions) {
+  Endpoint c = make_client();
+  const auto out = b().deliver(c.segment(net::kSyn), 0);
+  const Sent& sa = only(out);
+  ASSERT_TRUE(sa.tcp());
+  EXPECT_EQ(sa.p.src_ip, kVip);
+  EXPECT_EQ(sa.p.dst_ip, kClientIp);
+  EXPECT_EQ(sa.p.dst_port, c.tcp_port);
+  EXPECT_EQ(sa.p.ack, c.isn + 1);
+  EXPECT_TRUE(sa.p.options.has_mss);
+  EXPECT_EQ(sa.p.options.mss, 1460);
+  EXPECT_TRUE(sa.p.options.has_window_scale);
+  EXPECT_EQ(sa.p.options.window_scale, b().config.window_scale);
+  EXPECT_TRUE(sa.p.options.sack_permitted);
+  EXPECT_TRUE(sa.p.options.has_timestamps);
+  EXPECT_EQ(sa.p.options.timestamps.echo_reply, c.ts_value);
+  // Stateless: no flow until the cookie comes back.
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(Splicer, SynWithoutOptionsGetsNoneBack) {
+  Endpoint c = make_client();
+  c.wscale.reset();
+  c.sack = false;
+  c.timestamps = false;
+  const auto out = b().deliver(c.segment(net::kSyn), 0);
+  const Sent& sa = only(out);
+  EXPECT_FALSE(sa.p.options.has_window_scale);
+  EXPECT_FALSE(sa.p.options.sack_permitted);
+  EXPECT_FALSE(sa.p.options.has_timestamps);
+}
+
+TEST_F(Splicer, ValidCookieOpensAFlowAndABadOneIsReset) {
+  Endpoint c = make_client();
+  handshake(c);
+  EXPECT_EQ(b().lcore->flows(), 1u);
+
+  Endpoint forger = make_client(40001);
+  forger.snd_nxt = forger.isn + 1;
+  forger.rcv_nxt = 0x12345678;  // a guessed cookie
+  const auto out = b().deliver(forger.segment(net::kAck), 0);
+  const Sent& rst = only(out);
+  EXPECT_TRUE(rst.has(net::kRst));
+  EXPECT_EQ(rst.p.seq, 0x12345678u);
+  EXPECT_EQ(b().lcore->counters().cookies_bad, 1u);
+  EXPECT_EQ(b().lcore->flows(), 1u);
+}
+
+TEST_F(Splicer, CookieExpiresAfterTwoSlots) {
+  Endpoint c = make_client();
+  const auto out = b().deliver(c.segment(net::kSyn), 0);
+  c.receive(only(out));
+  c.snd_nxt = c.isn + 1;
+  b().now_ns += 200'000'000'000ull;  // 200 s: past the current and the previous 64 s slot
+  const auto late = b().deliver(c.segment(net::kAck), 0);
+  EXPECT_TRUE(only(late).has(net::kRst));
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(Splicer, CookieFromTheSameTupleWithAnotherIsnIsRefused) {
+  Endpoint c = make_client();
+  const auto out = b().deliver(c.segment(net::kSyn), 0);
+  c.receive(only(out));
+  c.snd_nxt = c.isn + 2;  // claims another ISN
+  EXPECT_TRUE(only(b().deliver(c.segment(net::kAck), 0)).has(net::kRst));
+}
+
+TEST_F(Splicer, FlowLimitResetsTheNextClient) {
+  auto cfg = default_config();
+  cfg.prelude_flows_max = 1;
+  b_ = std::make_unique<Bench>(cfg);
+  Endpoint c1 = make_client(40000);
+  handshake(c1);
+  Endpoint c2 = make_client(40001);
+  const auto out = b().deliver(c2.segment(net::kSyn), 0);
+  c2.receive(only(out));
+  c2.snd_nxt = c2.isn + 1;
+  EXPECT_TRUE(only(b().deliver(c2.segment(net::kAck), 0)).has(net::kRst));
+  EXPECT_EQ(b().lcore->counters().flows_refused, 1u);
+}
+
+TEST_F(Splicer, DataInTheCookieAckIsTakenAsPrelude) {
+  Endpoint c = make_client();
+  const auto out = b().deliver(c.segment(net::kSyn), 0);
+  c.receive(only(out));
+  c.snd_nxt = c.isn + 1;
+  const auto reply = b().deliver(c.data(kConnect), 0);
+  EXPECT_EQ(only(reply).payload().rfind("CONNECTED", 0), 0u);
+}
+
+// ---- prelude as a TCP endpoint ---------------------------------------------------------------
+
+TEST_F(Splicer, PreludeAcceptsConnectInPiecesAndRepliesConnected) {
+  Endpoint c = make_client();
+  handshake(c);
+  const std::string a = kConnect.substr(0, 10);
+  const std::string rest = kConnect.substr(10);
+  const auto ack = b().deliver(c.data(a), 0);
+  EXPECT_EQ(only(ack).p.ack, c.snd_nxt);
+  EXPECT_EQ(only(ack).p.payload_bytes, 0u);
+  const auto reply = b().deliver(c.data(rest), 0);
+  const Sent& s = only(reply);
+  EXPECT_EQ(s.payload().rfind("CONNECTED\nversion:1.2\n", 0), 0u) << s.payload();
+  EXPECT_NE(s.payload().find("heart-beat:0,0"), std::string::npos);
+  EXPECT_EQ(s.p.ack, c.snd_nxt);
+}
+
+TEST_F(Splicer, PreludeOutOfOrderSegmentIsDroppedWithADuplicateAck) {
+  Endpoint c = make_client();
+  handshake(c);
+  const uint32_t start = c.snd_nxt;
+  const std::string a = kConnect.substr(0, 10);
+  const std::string rest = kConnect.substr(10);
+  // The second piece first: dropped, the ACK still names the first byte.
+  const auto dup = b().deliver(c.segment(net::kAck | net::kPsh, rest, start + 10), 0);
+  EXPECT_EQ(only(dup).p.ack, start);
+  EXPECT_EQ(b().lcore->counters().out_of_order, 1u);
+  // Then in order.
+  EXPECT_EQ(only(b().deliver(c.data(a), 0)).p.ack, start + 10);
+  EXPECT_EQ(only(b().deliver(c.data(rest), 0)).payload().rfind("CONNECTED", 0), 0u);
+}
+
+TEST_F(Splicer, PreludeDuplicateIsReacknowledgedAndNotFedTwice) {
+  Endpoint c = make_client();
+  handshake(c);
+  const uint32_t start = c.snd_nxt;
+  const auto reply = b().deliver(c.data(kConnect), 0);
+  c.receive(only(reply));
+  // The same CONNECT again (the client did not see our ACK): one ACK, no second CONNECTED.
+  const auto again = b().deliver(c.segment(net::kAck | net::kPsh, kConnect, start), 0);
+  const Sent& s = only(again);
+  EXPECT_EQ(s.p.payload_bytes, 0u);
+  EXPECT_EQ(s.p.ack, c.snd_nxt);
+  EXPECT_EQ(b().lcore->counters().duplicates, 1u);
+  // Overlapping: the old bytes and a new one; only the new one is fed.
+  const std::string send = kSendQ1;
+  const auto overlap = b().deliver(
+      c.segment(net::kAck | net::kPsh, kConnect.substr(5) + send.substr(0, 1), start + 5), 0);
+  EXPECT_EQ(only(overlap).p.ack, c.snd_nxt + 1);
+}
+
+TEST_F(Splicer, InjectedConnectedIsRetransmittedUntilAcknowledged) {
+  Endpoint c = make_client();
+  handshake(c);
+  const Sent first = connect(c);
+  // No ACK from the client: the same bytes again after the RTO, then backing off.
+  auto rtx = b().advance_ms(b().config.rto_initial_ms + 1);
+  ASSERT_EQ(rtx.size(), 1u);
+  EXPECT_EQ(rtx[0].p.seq, first.p.seq);
+  EXPECT_EQ(rtx[0].payload(), first.payload());
+  EXPECT_TRUE(b().advance_ms(b().config.rto_initial_ms).empty());  // doubled
+  EXPECT_EQ(b().advance_ms(b().config.rto_initial_ms + 1).size(), 1u);
+  // Acknowledged: quiet.
+  b().deliver(c.segment(net::kAck), 0);
+  EXPECT_TRUE(b().advance_ms(5000).empty());
+  EXPECT_EQ(b().lcore->counters().retransmits, 2u);
+}
+
+TEST_F(Splicer, InjectedBytesNeverAcknowledgedResetTheFlow) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const auto out = b().advance_ms(30'000);
+  ASSERT_FALSE(out.empty());
+  EXPECT_TRUE(out.back().has(net::kRst));
+  EXPECT_EQ(b().lcore->counters().retransmit_giveups, 1u);
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(Splicer, ClientRstInPreludeFreesTheFlowOnlyAtTheExactSequence) {
+  Endpoint c = make_client();
+  handshake(c);
+  // Off by one: a challenge ACK, the flow stays (RFC 5961).
+  const auto challenge = b().deliver(c.segment(net::kRst, {}, c.snd_nxt + 1), 0);
+  EXPECT_TRUE(only(challenge).has(net::kAck));
+  EXPECT_EQ(b().lcore->flows(), 1u);
+  EXPECT_TRUE(b().deliver(c.segment(net::kRst), 0).empty());
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(Splicer, ClientFinInPreludeIsAnsweredWithFinAndTheFlowEnds) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const auto out = b().deliver(c.data("", net::kFin), 0);
+  const Sent& fin = only(out);
+  EXPECT_TRUE(fin.has(net::kFin));
+  EXPECT_EQ(fin.p.ack, c.snd_nxt);
+  c.receive(fin);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kClosing);
+  EXPECT_TRUE(b().deliver(c.segment(net::kAck), 0).empty());
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(Splicer, DisconnectInPreludeSendsReceiptThenFin) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const auto out = b().deliver(c.data(stomp_frame("DISCONNECT", {{"receipt", "bye"}})), 0);
+  const Sent& r = only(out);
+  EXPECT_EQ(r.payload().rfind("RECEIPT\nreceipt-id:bye", 0), 0u) << r.payload();
+  EXPECT_TRUE(r.has(net::kFin));
+  EXPECT_EQ(b().lcore->counters().prelude_ends[size_t(sluice::session::PreludeEnd::kDisconnect)],
+            1u);
+  c.receive(r);
+  // The client's FIN after it: acknowledged, the flow ends.
+  const auto last = b().deliver(c.data("", net::kFin), 0);
+  EXPECT_TRUE(only(last).has(net::kAck));
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(Splicer, BadFirstFrameGetsErrorAndClose) {
+  Endpoint c = make_client();
+  handshake(c);
+  const auto out = b().deliver(c.data(stomp_frame("SEND", {{"destination", "/queue/x"}})), 0);
+  const Sent& e = only(out);
+  EXPECT_EQ(e.payload().rfind("ERROR\n", 0), 0u);
+  EXPECT_TRUE(e.has(net::kFin));
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kClosing);
+  // Our FIN is retransmitted until acknowledged; the flow ends at fin_timeout at the latest.
+  EXPECT_FALSE(b().advance_ms(b().config.rto_initial_ms + 1).empty());
+  b().advance_ms(b().config.fin_timeout_ms);
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(Splicer, PreludeFrameTimeoutEndsTheFlowWithError) {
+  Endpoint c = make_client();
+  handshake(c);
+  b().deliver(c.data(kConnect.substr(0, 12)), 0);
+  const auto out = b().advance_ms(5'002);  // the wheel fires within one 1 ms tick
+  bool error = false;
+  for (const Sent& s : out)
+    error = error || s.payload().rfind("ERROR\n", 0) == 0;
+  EXPECT_TRUE(error);
+  EXPECT_EQ(b().lcore->counters().prelude_ends[size_t(sluice::session::PreludeEnd::kFrameTimeout)],
+            1u);
+}
+
+// ---- binding ---------------------------------------------------------------------------------
+
+TEST_F(Splicer, OwnerSynCarriesTheClientsIsnAndOptions) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const Sent syn = bind(c);
+  EXPECT_EQ(b().router.last_queue, "q1");
+  EXPECT_EQ(b().router.last_vhost, "/");
+  EXPECT_EQ(syn.p.src_ip, kLocalIp);
+  EXPECT_EQ(syn.p.dst_ip, kOwnerIp);
+  EXPECT_EQ(syn.p.dst_port, kOwnerPort);
+  EXPECT_GE(syn.p.src_port, 20000);
+  EXPECT_EQ(syn.p.dst_mac, kOwnerMac);
+  EXPECT_EQ(syn.p.options.mss, 1460);
+  EXPECT_EQ(syn.p.options.window_scale, 7);
+  EXPECT_TRUE(syn.p.options.sack_permitted);
+  EXPECT_TRUE(syn.p.options.has_timestamps);
+  EXPECT_EQ(syn.p.options.timestamps.value, c.ts_value);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
+}
+
+TEST_F(Splicer, ReplayIsTheRewrittenConnectThenTheBufferedBytes) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const Sent syn = bind(c);
+  Endpoint o = make_owner(syn);
+  const auto replay = accept(o);
+  ASSERT_FALSE(replay.empty());
+  std::string bytes;
+  for (const Sent& s : replay)
+    bytes += s.payload();
+  EXPECT_EQ(replay[0].p.seq, c.isn + 1);
+  EXPECT_EQ(replay[0].p.ack, o.isn + 1);
+  const std::string connect_out =
+      stomp_frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "0,0"}});
+  EXPECT_EQ(bytes, connect_out + kSendQ1);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kReplay);
+}
+
+TEST_F(Splicer, ReplayLostIsRetransmittedAndTheOwnersSynAckRepeatIsAcked) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  b().deliver(c.segment(net::kAck), 0);
+  const Sent syn = bind(c);
+  Endpoint o = make_owner(syn);
+  const auto replay = accept(o);
+  // The replay is lost; the owner repeats its SYN-ACK: the gateway answers at once.
+  const auto again = b().deliver(o.segment(net::kSyn | net::kAck, {}, o.isn), 1);
+  ASSERT_FALSE(again.empty());
+  EXPECT_EQ(again[0].p.ack, o.isn + 1);
+  // And the RTO sends the replay again from its first byte.
+  const auto rtx = b().advance_ms(b().config.rto_initial_ms + 1);
+  ASSERT_FALSE(rtx.empty());
+  EXPECT_EQ(rtx[0].p.seq, c.isn + 1);
+  EXPECT_EQ(rtx[0].payload(), replay[0].payload());
+}
+
+TEST_F(Splicer, OwnerRefusingTheSynSendsTheSessionToSpill) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const Sent syn = bind(c);
+  Endpoint o = make_owner(syn);
+  o.rcv_nxt = syn.p.seq + 1;
+  const auto out = b().deliver(o.segment(net::kRst | net::kAck, {}, 0u), 1);
+  ASSERT_EQ(b().router.failed.size(), 1u);
+  EXPECT_EQ(b().router.failed[0], 7u);
+  const Sent& spill_syn = only(out);
+  EXPECT_TRUE(spill_syn.has(net::kSyn));
+  EXPECT_EQ(spill_syn.p.dst_ip, kSpillIp);
+  EXPECT_EQ(spill_syn.p.dst_port, kSpillPort);
+  EXPECT_EQ(spill_syn.p.seq, c.isn);
+  EXPECT_EQ(b().lcore->counters().owner_refused, 1u);
+  EXPECT_EQ(b().lcore->counters().binds_spill, 1u);
+}
+
+TEST_F(Splicer, OwnerSilentIsRetriedThenSpilled) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  bind(c);
+  const auto out = b().advance_ms(b().config.connect_timeout_ms + 1);
+  size_t owner_syns = 0;
+  size_t spill_syns = 0;
+  for (const Sent& s : out) {
+    if (s.tcp() && s.has(net::kSyn)) ++(s.p.dst_ip == kOwnerIp ? owner_syns : spill_syns);
+  }
+  EXPECT_EQ(owner_syns, 1u);  // syn_rto_ms = 1000 within connect_timeout_ms = 2000
+  EXPECT_EQ(spill_syns, 1u);
+  EXPECT_EQ(b().lcore->counters().owner_timeouts, 1u);
+  EXPECT_EQ(b().router.failed.size(), 1u);
+}
+
+TEST_F(Splicer, SpillRouteConnectsToTheSpillListener) {
+  b().router.target = engine::Target{engine::Target::Kind::kSpill, UINT32_MAX, 0, 0, {}};
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const Sent syn = bind(c);
+  EXPECT_EQ(syn.p.dst_ip, kSpillIp);
+  EXPECT_EQ(syn.p.dst_mac, kSpillMac);
+}
+
+TEST_F(Splicer, RefusedRouteGetsErrorWithTheRoutersMessage) {
+  b().router.target =
+      engine::Target{engine::Target::Kind::kRefuse, UINT32_MAX, 0, 0, "no node configured"};
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const auto out = b().deliver(c.data(kSendQ1), 0);
+  const Sent& e = only(out);
+  EXPECT_EQ(e.payload().rfind("ERROR\n", 0), 0u);
+  EXPECT_NE(e.payload().find("message:no node configured"), std::string::npos);
+  EXPECT_TRUE(e.has(net::kFin));
+}
+
+TEST_F(Splicer, UnknownNextHopIsResolvedByArpBeforeTheSyn) {
+  b_ = std::make_unique<Bench>();
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const auto out = b().deliver(c.data(kSendQ1), 0);
+  const auto to_owner = on_port(out, 1);
+  const Sent& req = only(to_owner);
+  ASSERT_EQ(req.p.kind, net::Kind::kArp);
+  EXPECT_EQ(req.p.arp.operation, net::kArpRequest);
+  EXPECT_EQ(req.p.arp.target_ip, kOwnerIp);
+  EXPECT_EQ(req.p.dst_mac, net::kBroadcastMac);
+  // The owner answers; the next SYN attempt (100 ms) goes out.
+  std::vector<uint8_t> reply = arp_request(kLocalIp, kOwnerIp);
+  reply[21] = 2;  // operation: reply
+  std::copy(kOwnerMac.bytes.begin(), kOwnerMac.bytes.end(), reply.begin() + 6);
+  std::copy(kOwnerMac.bytes.begin(), kOwnerMac.bytes.end(), reply.begin() + 22);
+  std::copy(kPort1Mac.bytes.begin(), kPort1Mac.bytes.end(), reply.begin());
+  EXPECT_TRUE(b().deliver(reply, 1).empty());
+  EXPECT_EQ(b().lcore->neighbors(), 1u);
+  const auto retry = b().advance_ms(101);
+  const auto retry_owner = on_port(retry, 1);
+  const Sent& syn = only(retry_owner);
+  EXPECT_TRUE(syn.has(net::kSyn));
+  EXPECT_EQ(syn.p.dst_mac, kOwnerMac);
+}
+
+TEST_F(Splicer, ClientBytesDuringBindingAreNotAcknowledged) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  bind(c);
+  const uint32_t before = c.snd_nxt;
+  const auto out = b().deliver(c.data(kSendQ1), 0);
+  EXPECT_TRUE(out.empty());
+  c.snd_nxt = before;  // it will send them again
+}
+
+TEST_F(Splicer, OwnerErrorIsForwardedAndBothSidesClose) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const Sent syn = bind(c);
+  Endpoint o = make_owner(syn);
+  for (const Sent& s : accept(o))
+    o.receive(s);
+  const std::string error = stomp_frame("ERROR", {{"message", "access refused"}}, "denied");
+  const auto out = b().deliver(o.data(error), 1);
+  const auto to_client = on_port(out, 0);
+  const auto to_owner = on_port(out, 1);
+  EXPECT_TRUE(only(to_owner).has(net::kRst));
+  EXPECT_EQ(only(to_client).payload(), error);
+  EXPECT_TRUE(only(to_client).has(net::kFin));
+  EXPECT_EQ(b().lcore->counters().owner_errors, 1u);
+}
+
+TEST_F(Splicer, OwnerSilentAfterReplayGetsOwnerDidNotAnswer) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  b().deliver(c.segment(net::kAck), 0);
+  const Sent syn = bind(c);
+  Endpoint o = make_owner(syn);
+  for (const Sent& s : accept(o))
+    o.receive(s);
+  b().deliver(o.segment(net::kAck), 1);  // replay acknowledged, no CONNECTED
+  const auto out = b().advance_ms(b().config.connect_timeout_ms + 1);
+  bool error = false;
+  for (const Sent& s : on_port(out, 0))
+    error = error || s.payload().find("message:owner did not answer") != std::string::npos;
+  EXPECT_TRUE(error);
+  EXPECT_EQ(b().router.failed.size(), 1u);
+}
+
+TEST_F(Splicer, OwnerGreetingInPiecesAndOutOfOrder) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  b().deliver(c.segment(net::kAck), 0);
+  const Sent syn = bind(c);
+  Endpoint o = make_owner(syn);
+  for (const Sent& s : accept(o))
+    o.receive(s);
+  const std::string a = kOwnerConnected.substr(0, 8);
+  const std::string rest = kOwnerConnected.substr(8);
+  // Second piece first: dropped with an ACK of what the gateway has.
+  const auto ooo = b().deliver(o.segment(net::kAck | net::kPsh, rest, o.snd_nxt + 8), 1);
+  EXPECT_EQ(only(ooo).p.ack, o.isn + 1);
+  EXPECT_EQ(only(b().deliver(o.data(a), 1)).p.ack, o.isn + 1 + 8);
+  EXPECT_EQ(only(b().deliver(o.data(rest), 1)).p.ack, o.snd_nxt);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+}
+
+// ---- splice mode ---------------------------------------------------------------------------
+
+TEST_F(Splicer, SplicedBytesAreRewrittenAndTranslatedBothWays) {
+  Endpoint c = make_client();
+  Endpoint o = splice(c);
+  const uint32_t removed =
+      uint32_t(kConnect.size()) -
+      uint32_t(
+          stomp_frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "0,0"}})
+              .size());
+  // Client -> owner.
+  const std::string more = stomp_frame("SEND", {{"destination", "/queue/q1"}}, "world");
+  const uint32_t client_seq = c.snd_nxt;
+  const auto out = b().deliver(c.data(more), 0);
+  const Sent& fwd = only(out);
+  EXPECT_EQ(fwd.port, 1);
+  EXPECT_EQ(fwd.p.src_ip, kLocalIp);
+  EXPECT_EQ(fwd.p.dst_ip, kOwnerIp);
+  EXPECT_EQ(fwd.p.dst_port, kOwnerPort);
+  EXPECT_EQ(fwd.p.dst_mac, kOwnerMac);
+  EXPECT_EQ(fwd.p.src_mac, kPort1Mac);
+  EXPECT_EQ(fwd.p.seq, client_seq - removed);
+  EXPECT_EQ(fwd.p.seq, o.rcv_nxt);
+  EXPECT_EQ(fwd.p.ack, o.snd_nxt);  // all of the owner's CONNECTED, though the client saw ours
+  EXPECT_EQ(fwd.payload(), more);
+  o.receive(fwd);
+  // Owner -> client.
+  const std::string receipt = stomp_frame("RECEIPT", {{"receipt-id", "r1"}});
+  const auto back = b().deliver(o.data(receipt), 1);
+  const Sent& r = only(back);
+  EXPECT_EQ(r.port, 0);
+  EXPECT_EQ(r.p.src_ip, kVip);
+  EXPECT_EQ(r.p.src_port, kStompPort);
+  EXPECT_EQ(r.p.dst_ip, kClientIp);
+  EXPECT_EQ(r.p.dst_port, c.tcp_port);
+  EXPECT_EQ(r.p.dst_mac, kClientMac);
+  EXPECT_EQ(r.p.seq, c.rcv_nxt);  // right after our CONNECTED
+  EXPECT_EQ(r.p.ack, c.snd_nxt);
+  EXPECT_EQ(r.payload(), receipt);
+  EXPECT_EQ(b().lcore->counters().c2o_bytes, more.size());
+  EXPECT_EQ(b().lcore->counters().o2c_bytes, receipt.size());
+}
+
+TEST_F(Splicer, WindowsAreRescaledBetweenDifferentScales) {
+  Endpoint c = make_client();
+  Endpoint o = splice(c);  // client shift 7 (same on the owner leg), owner 9, gateway 7
+  o.window = 100;          // 100 << 9 = 51200 bytes
+  const auto back = b().deliver(o.data("x"), 1);
+  EXPECT_EQ(only(back).p.window, (100u << 9) >> 7);
+  c.window = 333;  // the client's shift holds on the owner leg too: unchanged
+  const auto fwd = b().deliver(c.data("y"), 0);
+  EXPECT_EQ(only(fwd).p.window, 333);
+}
+
+TEST_F(Splicer, TimestampsAreOffsetSoTheClientSeesNoStepBack) {
+  Endpoint c = make_client();
+  Endpoint o = splice(c);
+  const auto back = b().deliver(o.data("x"), 1);
+  const Sent& r = only(back);
+  ASSERT_TRUE(r.p.options.has_timestamps);
+  // The gateway's TSvals to the client were its clock in ms; the owner's arrive beyond them.
+  EXPECT_GT(r.p.options.timestamps.value, uint32_t(b().now_ns / 1'000'000));
+  c.receive(r);
+  c.ts_echo = r.p.options.timestamps.value;
+  const auto fwd = b().deliver(c.data("y"), 0);
+  EXPECT_EQ(only(fwd).p.options.timestamps.echo_reply, o.ts_value);
+}
+
+TEST_F(Splicer, SackBlocksAreTranslatedIntoTheOwnersSpace) {
+  Endpoint c = make_client();
+  Endpoint o = splice(c);
+  // The client reports owner->client bytes [rcv_nxt + 100, rcv_nxt + 200) received.
+  const net::SackBlock blocks[] = {{c.rcv_nxt + 100, c.rcv_nxt + 200}};
+  const auto fwd = b().deliver(c.segment(net::kAck, {}, std::nullopt, blocks), 0);
+  const Sent& s = only(fwd);
+  ASSERT_EQ(s.p.options.sack_count, 1u);
+  EXPECT_EQ(s.p.options.sack[0].left, o.snd_nxt + 100);
+  EXPECT_EQ(s.p.options.sack[0].right, o.snd_nxt + 200);
+}
+
+TEST_F(Splicer, OwnerRetransmittingItsConnectedIsAnsweredLocally) {
+  Endpoint c = make_client();
+  Endpoint o = splice(c);
+  const auto out = b().deliver(o.segment(net::kAck | net::kPsh, kOwnerConnected, o.isn + 1), 1);
+  const Sent& ack = only(out);
+  EXPECT_EQ(ack.port, 1);
+  EXPECT_EQ(ack.p.ack, o.snd_nxt);
+  EXPECT_EQ(b().lcore->counters().removed_range, 1u);
+}
+
+TEST_F(Splicer, FinEachWayLingersThenTheFlowIsFreed) {
+  Endpoint c = make_client();
+  Endpoint o = splice(c);
+  const auto f1 = b().deliver(c.data("", net::kFin), 0);
+  EXPECT_TRUE(only(f1).has(net::kFin));
+  o.receive(only(f1));
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);  // half-closed
+  const auto f2 = b().deliver(o.data("", net::kFin), 1);
+  EXPECT_TRUE(only(f2).has(net::kFin));
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kLinger);
+  c.receive(only(f2));
+  // The last ACK still goes through during the linger.
+  EXPECT_EQ(b().deliver(c.segment(net::kAck), 0).size(), 1u);
+  b().advance_ms(b().config.fin_timeout_ms + 1);
+  EXPECT_EQ(b().lcore->flows(), 0u);
+  // A straggler after that gets a RST from the local address.
+  const auto late = b().deliver(o.segment(net::kAck), 1);
+  EXPECT_TRUE(only(late).has(net::kRst));
+}
+
+TEST_F(Splicer, RstFromEitherSideIsForwardedAndTheFlowEnds) {
+  for (bool from_client : {true, false}) {
+    b_ = std::make_unique<Bench>();
+    b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+    Endpoint c = make_client();
+    Endpoint o = splice(c);
+    const auto out = from_client ? b().deliver(c.segment(net::kRst | net::kAck), 0)
+                                 : b().deliver(o.segment(net::kRst | net::kAck), 1);
+    EXPECT_TRUE(only(out).has(net::kRst));
+    EXPECT_EQ(only(out).port, from_client ? 1 : 0);
+    EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kLinger);
+    b().advance_ms(b().config.reset_linger_ms + 1);
+    EXPECT_EQ(b().lcore->flows(), 0u);
+  }
+}
+
+TEST_F(Splicer, IdleSplicedFlowExpires) {
+  auto cfg = default_config();
+  cfg.established_idle_ms = 10'000;
+  b_ = std::make_unique<Bench>(cfg);
+  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  Endpoint c = make_client();
+  splice(c);
+  b().advance_ms(6'000);
+  b().deliver(c.data("x"), 0);  // activity moves the deadline
+  b().advance_ms(6'000);
+  EXPECT_EQ(b().lcore->flows(), 1u);
+  b().advance_ms(5'000);
+  EXPECT_EQ(b().lcore->flows(), 0u);
+  EXPECT_EQ(b().lcore->counters().flows_expired, 1u);
+}
+
+TEST_F(Splicer, AckStormIsCut) {
+  auto cfg = default_config();
+  cfg.ack_storm_max = 10;
+  b_ = std::make_unique<Bench>(cfg);
+  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  Endpoint c = make_client();
+  splice(c);
+  size_t forwarded = 0;
+  for (int i = 0; i < 50; ++i)
+    forwarded += b().deliver(c.segment(net::kAck), 0).size();
+  EXPECT_EQ(forwarded, 11u);  // the first, then ten repeats within the 10 ms window
+  EXPECT_EQ(b().lcore->counters().ack_storm_drops, 39u);
+}
+
+TEST_F(Splicer, ClientRetransmissionAfterBindingReachesTheOwner) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  b().deliver(c.segment(net::kAck), 0);
+  const Sent syn = bind(c);
+  // The client pipelines a second SEND while the gateway binds: not acknowledged.
+  const std::string second = stomp_frame("SEND", {{"destination", "/queue/q1"}}, "two");
+  const uint32_t second_seq = c.snd_nxt;
+  EXPECT_TRUE(b().deliver(c.data(second), 0).empty());
+  Endpoint o = make_owner(syn);
+  for (const Sent& s : accept(o))
+    o.receive(s);
+  b().deliver(o.data(kOwnerConnected), 1);
+  ASSERT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+  // Its retransmission goes straight through, right after the replay in the owner's space.
+  const auto fwd = b().deliver(c.segment(net::kAck | net::kPsh, second, second_seq), 0);
+  EXPECT_EQ(only(fwd).p.seq, o.rcv_nxt);
+  EXPECT_EQ(only(fwd).payload(), second);
+}
+
+TEST_F(Splicer, SegmentForNoFlowToALocalAddressIsReset) {
+  Endpoint stray = make_client();
+  stray.peer_ip = kLocalIp;
+  stray.peer_port = 20005;
+  stray.snd_nxt = 77;
+  stray.rcv_nxt = 99;
+  const auto out = b().deliver(stray.segment(net::kAck), 0);
+  EXPECT_TRUE(only(out).has(net::kRst));
+  EXPECT_EQ(only(out).p.seq, 99u);
+}
+
+TEST_F(Splicer, PoolExhaustionIsCountedNotFatal) {
+  b().pool.set_limit(1);  // only the received frame itself fits
+  Endpoint c = make_client();
+  EXPECT_TRUE(b().deliver(c.segment(net::kSyn), 0).empty());
+  EXPECT_EQ(b().lcore->counters().pool_empty, 1u);
+  b().pool.set_limit(SIZE_MAX);
+}
+
+TEST_F(Splicer, ManyClientsEachGetTheirOwnLocalPort) {
+  std::set<uint16_t> ports;
+  for (uint16_t i = 0; i < 10; ++i) {
+    Endpoint c = make_client(uint16_t(41000 + i), 0x20000000u + i * 1000);
+    handshake(c);
+    connect(c);
+    ports.insert(bind(c).p.src_port);
+  }
+  EXPECT_EQ(ports.size(), 10u);
+  EXPECT_EQ(b().lcore->flows(), 10u);
+}
+
+}  // namespace
