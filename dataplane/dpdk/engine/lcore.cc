@@ -148,6 +148,7 @@ void Lcore::to_exception(Frame* f) {
     return;
   }
   ++counters_.exception_frames;
+  if (kernel_mac_known_ && (f->data[0] & 1) == 0) std::memcpy(f->data, kernel_mac_.bytes.data(), 6);
   f->port = uint16_t(config_.exception_port);
   send(f);
 }
@@ -158,6 +159,7 @@ void Lcore::handle(Frame* f) {
   net::Packet p;
   net::ParseOptions po;
   po.verify_tcp_checksum = false;  // verified where the gateway terminates TCP; NAT keeps it
+  // The kernel addresses its frames to their next hop, not to the TAP port.
   if (!from_kernel) po.local_mac = &config_.port_macs[f->port];
   const net::Reason r = net::parse(f->bytes(), po, &p);
   if (from_kernel) {
@@ -167,22 +169,41 @@ void Lcore::handle(Frame* f) {
       return;
     }
     const uint32_t dst = p.kind == net::Kind::kArp ? p.arp.target_ip : p.dst_ip;
-    const Route* route = route_for(dst);
-    if (route == nullptr) {
-      ++counters_.no_route;
-      drop(f);
+    if (!is_local_ip(dst)) {
+      kernel_out(f, p, dst);
       return;
     }
-    ++counters_.exception_frames;
-    f->port = route->port;
-    send(f);
-    return;
+    // The kernel talks to the engine itself: the spill listener answering an owner leg, ARP
+    // for a local address. Handled like any frame (the TAP's MAC is checked in the parse).
   }
   if (r != net::Reason::kOk) {
     ++counters_.rx_invalid[size_t(r)];
     drop(f);
     return;
   }
+  dispatch(f, p);
+}
+
+void Lcore::kernel_out(Frame* f, const net::Packet& p, uint32_t dst) {
+  const Route* route = route_for(dst);
+  if (route == nullptr) {
+    ++counters_.no_route;
+    drop(f);
+    return;
+  }
+  // The host shares the ports' addresses: its frames leave with the port's MAC (in the ARP
+  // payload too), and frames for it come back to the TAP with the kernel's own MAC.
+  kernel_mac_ = p.src_mac;
+  kernel_mac_known_ = true;
+  const net::MacAddr& mac = config_.port_macs[route->port];
+  std::memcpy(f->data + 6, mac.bytes.data(), 6);
+  if (p.kind == net::Kind::kArp) std::memcpy(f->data + p.l3_offset + 8, mac.bytes.data(), 6);
+  ++counters_.exception_frames;
+  f->port = route->port;
+  send(f);
+}
+
+void Lcore::dispatch(Frame* f, net::Packet& p) {
   switch (p.kind) {
     case net::Kind::kTcp:
       handle_tcp(f, p);

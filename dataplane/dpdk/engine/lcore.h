@@ -98,6 +98,8 @@ class Lcore final : public BurstHandler {
 
   // lcore.cc: dispatch, L2/L3, frames out, timers, flow table
   void handle(Frame* f);
+  void dispatch(Frame* f, net::Packet& p);
+  void kernel_out(Frame* f, const net::Packet& p, uint32_t dst);
   void handle_arp(Frame* f, net::Packet& p);
   void handle_tcp(Frame* f, net::Packet& p);
   bool is_local_ip(uint32_t ip) const;
@@ -195,6 +197,9 @@ class Lcore final : public BurstHandler {
   };
   std::vector<Neighbor> neighbors_;
   uint32_t neighbor_count_ = 0;
+
+  net::MacAddr kernel_mac_;  // the TAP's kernel side, learnt from its frames
+  bool kernel_mac_known_ = false;
 
   std::array<Frame*, kTxMax> tx_{};
   size_t tx_count_ = 0;
