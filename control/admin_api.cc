@@ -252,6 +252,32 @@ AdminResponse AdminApi::status(const AdminRequest& r) {
     answer["sessions"] =
         json{{"active", t.active}, {"prelude", t.prelude},   {"spliced", t.spliced},
              {"spill", t.spill},   {"accepted", t.accepted}, {"refused", t.refused}};
+    if (std::optional<DataplaneStatus> d = sessions_->dataplane()) {
+      json ports = json::array();
+      for (const DataplaneStatus::Port& p : d->ports) {
+        ports.push_back(json{{"device", p.device},
+                             {"mac", p.mac},
+                             {"rx_packets", p.rx_packets},
+                             {"tx_packets", p.tx_packets},
+                             {"rx_bytes", p.rx_bytes},
+                             {"tx_bytes", p.tx_bytes},
+                             {"rx_missed", p.rx_missed},
+                             {"rx_errors", p.rx_errors},
+                             {"tx_errors", p.tx_errors},
+                             {"rx_nombuf", p.rx_nombuf}});
+      }
+      json lcores = json::array();
+      for (const DataplaneStatus::Lcore& l : d->lcores) {
+        lcores.push_back(json{{"id", l.id},
+                              {"flows", l.flows},
+                              {"prelude_flows", l.prelude_flows},
+                              {"spliced", l.spliced},
+                              {"rx_frames", l.rx_frames},
+                              {"tx_frames", l.tx_frames},
+                              {"tx_dropped", l.tx_dropped}});
+      }
+      answer["dataplane"] = json{{"engine", d->engine}, {"ports", ports}, {"lcores", lcores}};
+    }
   }
   return reply(200, answer);
 }

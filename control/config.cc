@@ -68,8 +68,8 @@ void read_interval_timeout(const Table& t, uint32_t* interval_ms, uint32_t* time
 }
 
 void read_gateway(const Table& root, GatewayConfig* c) {
-  std::optional<Table> t =
-      root.table("gateway", {"id", "state_dir", "workers", "stop_grace_ms", "sqpoll", "splice"});
+  std::optional<Table> t = root.table(
+      "gateway", {"id", "state_dir", "workers", "stop_grace_ms", "sqpoll", "splice", "engine"});
   if (!t) return;
   if (auto v = t->string("id")) {
     if (!valid_name(*v)) t->fail_at("id", std::string(kNameRule));
@@ -86,6 +86,15 @@ void read_gateway(const Table& root, GatewayConfig* c) {
       c->splice_inline = false;
     } else {
       t->fail_at("splice", "must be \"inline\" or \"io_uring\"");
+    }
+  }
+  if (auto v = t->string("engine")) {
+    if (*v == "uring") {
+      c->engine = EngineKind::kUring;
+    } else if (*v == "dpdk") {
+      c->engine = EngineKind::kDpdk;
+    } else {
+      t->fail_at("engine", "must be \"uring\" or \"dpdk\"");
     }
   }
 }
@@ -387,7 +396,7 @@ void read_pins(const Table& root, GatewayConfig* c) {
 GatewayConfig read_config(const toml::table& doc) {
   Table root(doc, "", "the top level",
              {"gateway", "listen", "admin", "stomp", "limits", "health", "placement", "nodes",
-              "feed", "pins", "spill", "drain"});
+              "feed", "pins", "spill", "drain", "dpdk"});
   GatewayConfig c;
   read_gateway(root, &c);
   read_listen(root, &c);
@@ -401,6 +410,7 @@ GatewayConfig read_config(const toml::table& doc) {
   read_pins(root, &c);
   read_spill(root, &c);
   read_drain(root, &c);
+  read_dpdk(root, &c);
   return c;
 }
 

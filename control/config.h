@@ -90,6 +90,34 @@ std::string_view spill_on_full_name(SpillOnFull f);
 // Queues each worker's replica can hold; the ownership table refuses entries beyond it.
 inline constexpr uint32_t kQueuesMaxCeiling = 1u << 26;
 
+// [dpdk]: the DPDK engine (DESIGN section 7). Addresses are host-order IPv4 numbers.
+struct DpdkConfig {
+  static constexpr uint32_t kFlowsMax = 1u << 24;
+  static constexpr uint32_t kMbufsMax = 1u << 22;
+
+  struct RouteSpec {
+    uint32_t prefix = 0;
+    uint8_t length = 0;
+    std::string device;  // one of ports or exception_port
+    uint32_t via = 0;    // 0: on-link
+  };
+  std::vector<std::string> eal_args;
+  std::vector<std::string> ports;  // device names as in --vdev or the PCI address, in port order
+  std::string exception_port;      // a net_tap device to the host's kernel; empty: none
+  std::vector<uint32_t> local_ips;
+  uint16_t local_port_min = 20000;
+  uint16_t local_port_max = 59999;
+  std::vector<RouteSpec> routes;
+  std::optional<ListenAddress> spill_listen;  // the io_uring engine's listener (spill service)
+  uint32_t spill_ip = 0;                      // spill_listen's host
+  uint32_t virtual_ip = 0;                    // listen.address's host: what clients connect to
+  uint32_t flows_max = 65536;
+  uint32_t prelude_flows_max = 1024;
+  uint32_t mbufs = 16383;
+};
+
+enum class EngineKind : uint8_t { kUring, kDpdk };
+
 struct GatewayConfig {
   // [gateway]
   std::string id = "sluice";  // in sluice-message-id; [A-Za-z0-9._-]{1,64}
@@ -98,6 +126,7 @@ struct GatewayConfig {
   uint32_t stop_grace_ms = 10'000;  // SIGTERM: spliced sessions get this long to finish
   bool sqpoll = false;              // io_uring SQPOLL: a kernel thread polls each worker's ring
   bool splice_inline = true;        // splice(2) on the worker thread; false: IORING_OP_SPLICE
+  EngineKind engine = EngineKind::kUring;
   // [listen]
   ListenAddress listen{"0.0.0.0", 61613};
   // [admin]
@@ -126,6 +155,8 @@ struct GatewayConfig {
   // [spill], [drain]
   SpillConfig spill;
   DrainConfig drain;
+  // [dpdk]
+  DpdkConfig dpdk;
 
   // The spill directory: spill.dir, or "spill" in the state directory.
   std::string spill_dir() const { return spill.dir.empty() ? state_dir + "/spill" : spill.dir; }

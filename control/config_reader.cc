@@ -247,6 +247,12 @@ std::optional<ListenAddress> read_address(const Table& t, std::string_view k) {
   return a;
 }
 
+std::optional<uint32_t> ipv4_value(std::string_view s) {
+  const std::optional<std::array<uint8_t, 4>> v = parse_ipv4(s);
+  if (!v) return std::nullopt;
+  return uint32_t((*v)[0]) << 24 | uint32_t((*v)[1]) << 16 | uint32_t((*v)[2]) << 8 | (*v)[3];
+}
+
 bool is_loopback(std::string_view host) {
   if (host == "localhost") return true;
   std::optional<std::array<uint8_t, 4>> v4 = parse_ipv4(host);

@@ -84,8 +84,12 @@ std::optional<ListenAddress> read_address(const Table& t, std::string_view k);
 // "localhost" or 127.x.x.x.
 bool is_loopback(std::string_view host);
 
-// Sections read in files of their own (config_spill.cc).
+// A dotted-quad IPv4 literal as a host-order number.
+std::optional<uint32_t> ipv4_value(std::string_view s);
+
+// Sections read in files of their own (config_spill.cc, config_dpdk.cc).
 void read_spill(const Table& root, GatewayConfig* c);
 void read_drain(const Table& root, GatewayConfig* c);
+void read_dpdk(const Table& root, GatewayConfig* c);
 
 }  // namespace sluice::control::config_detail

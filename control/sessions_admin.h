@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,34 @@ struct SessionTotals {
   uint64_t refused = 0;   // over a limit at accept
 };
 
+// The DPDK engine's ports and lcores (`sluicectl status`); absent with the io_uring engine.
+struct DataplaneStatus {
+  struct Port {
+    std::string device;
+    std::string mac;
+    uint64_t rx_packets = 0;
+    uint64_t tx_packets = 0;
+    uint64_t rx_bytes = 0;
+    uint64_t tx_bytes = 0;
+    uint64_t rx_missed = 0;
+    uint64_t rx_errors = 0;
+    uint64_t tx_errors = 0;
+    uint64_t rx_nombuf = 0;
+  };
+  struct Lcore {
+    uint32_t id = 0;
+    uint64_t flows = 0;          // every state
+    uint64_t prelude_flows = 0;  // prelude and binding
+    uint64_t spliced = 0;        // flows that reached splice mode since start
+    uint64_t rx_frames = 0;
+    uint64_t tx_frames = 0;
+    uint64_t tx_dropped = 0;  // the ports' tx rings were full
+  };
+  std::string engine;  // "dpdk"
+  std::vector<Port> ports;
+  std::vector<Lcore> lcores;
+};
+
 class SessionsAdmin {
  public:
   virtual ~SessionsAdmin() = default;
@@ -39,6 +68,8 @@ class SessionsAdmin {
   virtual SessionTotals totals() = 0;
   // Prometheus families of the engine (sessions, bytes, refusals by reason), appended to /metrics.
   virtual std::string metrics_text() = 0;
+  // The DPDK engine's ports and lcores; nothing with the io_uring engine.
+  virtual std::optional<DataplaneStatus> dataplane() { return std::nullopt; }
 };
 
 }  // namespace sluice::control

@@ -24,6 +24,9 @@
 #include "control/log.h"
 #include "dataplane/uring/engine.h"
 #include "gateway/engine_admin.h"
+#ifdef SLUICE_HAVE_DPDK
+#include "gateway/dpdk_engine.h"
+#endif
 #include "gateway/engine_parts.h"
 #include "gateway/spill_auth.h"
 #include "gateway/spill_service.h"
@@ -78,6 +81,12 @@ sluice::uring::EngineOptions engine_options(const GatewayConfig& c) {
   sluice::uring::EngineOptions o;
   o.listen_host = c.listen.host;
   o.listen_port = c.listen.port;
+  if (c.engine == EngineKind::kDpdk) {
+    // The DPDK engine owns listen's address; this engine serves its spill sessions.
+    o.listen_host = c.dpdk.spill_listen->host;
+    o.listen_port = c.dpdk.spill_listen->port;
+    o.listen_freebind = true;
+  }
   o.workers = c.workers;
   o.sessions_max = c.sessions_max;
   o.sessions_per_source_max = c.sessions_per_source_max;
@@ -165,6 +174,23 @@ int run(const std::string& path) {
       engine_options(config), config.session, parts, log_from_engine, &engine_error);
   if (!engine) return fail(kExitStartFailed, "engine: " + engine_error);
   sluice::gateway::EngineAdmin engine_admin(*engine);
+  SessionsAdmin* sessions_admin = &engine_admin;
+#ifdef SLUICE_HAVE_DPDK
+  std::unique_ptr<sluice::gateway::DpdkEngine> dpdk;
+  std::unique_ptr<sluice::gateway::DpdkAdmin> dpdk_admin;
+  if (config.engine == EngineKind::kDpdk) {
+    std::string dpdk_error;
+    dpdk =
+        sluice::gateway::DpdkEngine::open(config, control.attach_worker(), directory, &dpdk_error);
+    if (!dpdk) return fail(kExitStartFailed, dpdk_error);
+    dpdk_admin = std::make_unique<sluice::gateway::DpdkAdmin>(engine_admin, *dpdk);
+    sessions_admin = dpdk_admin.get();
+  }
+#else
+  if (config.engine == EngineKind::kDpdk) {
+    return fail(kExitBadConfig, "gateway.engine = \"dpdk\": this sluiced was built without DPDK");
+  }
+#endif
 
   auto reload = [&]() -> std::optional<std::string> {
     sd_notify(0, "RELOADING=1");
@@ -191,7 +217,7 @@ int run(const std::string& path) {
   };
   AdminApi api(control, reload);
   api.set_spill(spill.get());
-  api.set_sessions(&engine_admin);
+  api.set_sessions(sessions_admin);
   AdminServer admin(io, [&api](const AdminRequest& r) { return api.handle(r); });
   if (auto e = admin.listen_unix(config.admin_socket)) {
     return fail(kExitStartFailed, "admin.socket: " + *e);
@@ -204,6 +230,9 @@ int run(const std::string& path) {
   control.start();
   spill->start();
   engine->start();
+#ifdef SLUICE_HAVE_DPDK
+  if (dpdk) dpdk->start();
+#endif
 
   boost::asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_signal =
@@ -232,12 +261,18 @@ int run(const std::string& path) {
             {{"version", SLUICE_VERSION},
              {"config", path},
              {"admin", where},
-             {"listen", config.listen.host + ":" + std::to_string(engine->port())},
+             {"listen", config.engine == EngineKind::kDpdk
+                            ? config.listen.host + ":" + std::to_string(config.listen.port)
+                            : config.listen.host + ":" + std::to_string(engine->port())},
+             {"engine", config.engine == EngineKind::kDpdk ? "dpdk" : "uring"},
              {"workers", std::to_string(config.workers)}});
   sd_notify(0, "READY=1\nSTATUS=running");
   io.run();
   // Spliced sessions get the grace period; spill sessions answer what is pending; then the log
   // writes what it holds.
+#ifdef SLUICE_HAVE_DPDK
+  if (dpdk) dpdk->stop();
+#endif
   engine->stop(control.config().stop_grace_ms);
   spill->stop();
   log_event(LogLevel::kInfo, "sluiced_stopped", {});

@@ -37,6 +37,9 @@ struct EngineOptions {
 
   std::string listen_host = "0.0.0.0";  // IPv4
   uint16_t listen_port = 61613;         // 0: any (the first worker's port is used by all)
+  // IP_FREEBIND: bind before the address exists (with the DPDK engine the spill listener's
+  // address lives on the TAP interface that engine creates).
+  bool listen_freebind = false;
   uint32_t workers = 1;
   // Limits of the whole engine; each worker takes its share (rounded up) of the per-source and
   // per-state limits, and sessions_max is enforced across workers exactly.

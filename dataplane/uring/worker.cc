@@ -184,6 +184,7 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   if (listen_fd_ < 0) return std::string("socket: ") + std::strerror(errno);
   int one = 1;
   setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (options_.listen_freebind) setsockopt(listen_fd_, IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
   setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;

@@ -216,7 +216,20 @@ TEST(ConfigExample, MentionsEveryKey) {
                           "rate_per_second =",
                           "backoff_base_ms =",
                           "backoff_max_ms =",
-                          "receipt_timeout_ms ="}) {
+                          "receipt_timeout_ms =",
+                          "engine =",
+                          "[dpdk]",
+                          "eal_args =",
+                          "ports =",
+                          "exception_port =",
+                          "local_ips =",
+                          "local_port_min =",
+                          "local_port_max =",
+                          "routes =",
+                          "spill_listen =",
+                          "flows_max =",
+                          "prelude_flows_max =",
+                          "mbufs ="}) {
     EXPECT_NE(text.find(key), std::string::npos) << key;
   }
 }
@@ -948,6 +961,107 @@ TEST(ConfigExample, DocumentsTheSpillAuthDefaults) {
   const std::string text = read_file(kExamplePath);
   EXPECT_NE(text.find("# users_file = "), std::string::npos);
   EXPECT_NE(text.find("\nallow_anonymous = false\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::control
+
+namespace sluice::control {
+namespace {
+
+// ---- [dpdk] (gateway.engine = "dpdk") ---------------------------------------------------------
+
+constexpr std::string_view kDpdk =
+    "[gateway]\n"
+    "engine = \"dpdk\"\n"
+    "[listen]\n"
+    "address = \"10.0.1.1:61613\"\n"
+    "[dpdk]\n"
+    "eal_args = [\"--no-huge\", \"--vdev\", \"net_af_packet0,iface=g0\"]\n"
+    "ports = [\"net_af_packet0\", \"net_af_packet1\"]\n"
+    "exception_port = \"net_tap0\"\n"
+    "local_ips = [\"10.0.2.1\"]\n"
+    "local_port_min = 30000\n"
+    "local_port_max = 30999\n"
+    "routes = [\"10.0.1.0/24 net_af_packet0\", \"10.0.2.0/24 net_af_packet1\",\n"
+    "          \"10.0.3.0/24 net_tap0\", \"0.0.0.0/0 net_af_packet1 via 10.0.2.254\"]\n"
+    "spill_listen = \"10.0.3.1:61700\"\n"
+    "flows_max = 1000\n"
+    "prelude_flows_max = 100\n"
+    "mbufs = 4095\n"
+    "[[nodes]]\nname = \"rabbit1\"\naddress = \"10.0.2.10:61613\"\n";
+
+std::string dpdk_with(std::string_view from, std::string_view to) {
+  std::string s(kDpdk);
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+TEST(ConfigDpdk, EveryKeyIsRead) {
+  GatewayConfig c = must_parse(kDpdk);
+  EXPECT_EQ(c.engine, EngineKind::kDpdk);
+  const DpdkConfig& d = c.dpdk;
+  EXPECT_EQ(d.eal_args.size(), 3u);
+  EXPECT_EQ(d.ports, (std::vector<std::string>{"net_af_packet0", "net_af_packet1"}));
+  EXPECT_EQ(d.exception_port, "net_tap0");
+  EXPECT_EQ(d.local_ips, std::vector<uint32_t>{0x0a000201});
+  EXPECT_EQ(d.local_port_min, 30000);
+  EXPECT_EQ(d.local_port_max, 30999);
+  ASSERT_EQ(d.routes.size(), 4u);
+  EXPECT_EQ(d.routes[1].prefix, 0x0a000200u);
+  EXPECT_EQ(d.routes[1].length, 24);
+  EXPECT_EQ(d.routes[1].device, "net_af_packet1");
+  EXPECT_EQ(d.routes[3].length, 0);
+  EXPECT_EQ(d.routes[3].via, 0x0a0002feu);
+  EXPECT_EQ(d.spill_ip, 0x0a000301u);
+  EXPECT_EQ(d.spill_listen->port, 61700);
+  EXPECT_EQ(d.virtual_ip, 0x0a000101u);
+  EXPECT_EQ(d.flows_max, 1000u);
+  EXPECT_EQ(d.prelude_flows_max, 100u);
+  EXPECT_EQ(d.mbufs, 4095u);
+}
+
+TEST(ConfigDpdk, MistakesNameTheKey) {
+  struct Case {
+    std::string text;
+    std::string key;
+    std::string fragment;
+  };
+  const Case cases[] = {
+      {dpdk_with("engine = \"dpdk\"", "engine = \"xdp\""), "gateway.engine",
+       "\"uring\" or \"dpdk\""},
+      {dpdk_with("engine = \"dpdk\"", "engine = \"uring\""), "dpdk.ports", "only read with"},
+      {std::string(kDpdk.substr(0, kDpdk.find("[dpdk]"))) + std::string(kOneNode), "dpdk",
+       "needs a [dpdk] section"},
+      {dpdk_with("\"10.0.3.0/24 net_tap0\"", "\"10.0.3.0/24 net_tap9\""), "dpdk.routes[2]",
+       "neither in ports nor exception_port"},
+      {dpdk_with("\"10.0.3.0/24 net_tap0\"", "\"10.0.3.0/33 net_tap0\""), "dpdk.routes[2]",
+       "length 0..32"},
+      {dpdk_with("via 10.0.2.254", "by 10.0.2.254"), "dpdk.routes[3]", "PREFIX/LEN DEVICE"},
+      {dpdk_with("spill_listen = \"10.0.3.1:61700\"", "spill_listen = \"10.9.9.9:61700\"")
+           .replace(std::string(kDpdk).find("\"0.0.0.0/0"), 41,
+                    "\"10.0.9.0/24 net_af_packet1\"   "),
+       "dpdk.spill_listen", "no route reaches 10.9.9.9"},
+      {dpdk_with("address = \"10.0.1.1:61613\"", "address = \"0.0.0.0:61613\""), "listen.address",
+       "virtual IP"},
+      {dpdk_with("address = \"10.0.2.10:61613\"", "address = \"rabbit.local:61613\""),
+       "nodes[0].address", "IPv4 address"},
+      {dpdk_with("local_ips = [\"10.0.2.1\"]", "local_ips = [\"host\"]"), "dpdk.local_ips[0]",
+       "IPv4 address"},
+      {dpdk_with("prelude_flows_max = 100", "prelude_flows_max = 2000"), "dpdk.prelude_flows_max",
+       "must not exceed flows_max"},
+      {dpdk_with("exception_port = \"net_tap0\"", "exception_port = \"net_af_packet0\""),
+       "dpdk.exception_port", "must not be one of ports"},
+      {dpdk_with("local_port_max = 30999", "local_port_max = 29999"), "dpdk.local_port_max",
+       "below local_port_min"},
+  };
+  for (const Case& c : cases) {
+    ConfigError e = must_fail(c.text);
+    EXPECT_EQ(e.key, c.key) << e.to_string();
+    EXPECT_NE(e.message.find(c.fragment), std::string::npos) << e.to_string();
+  }
 }
 
 }  // namespace

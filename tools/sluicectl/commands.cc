@@ -190,6 +190,8 @@ int status(const Options& o) {
   rest.erase("feed");
   const Json session_totals = rest.contains("sessions") ? rest["sessions"] : Json();
   rest.erase("sessions");
+  const Json dataplane = rest.contains("dataplane") ? rest["dataplane"] : Json();
+  rest.erase("dataplane");
   Lines lines = ordered_lines(rest, kOrder);
   // Present once the gateway runs an engine: one line, counts by state, then since start.
   if (session_totals.is_object()) {
@@ -199,6 +201,26 @@ int status(const Options& o) {
     lines.emplace_back("sessions", n("active") + " active (" + n("prelude") + " prelude, " +
                                        n("spliced") + " spliced, " + n("spill") + " spill), " +
                                        n("accepted") + " accepted, " + n("refused") + " refused");
+  }
+  // The DPDK engine: one line per port and per lcore.
+  if (dataplane.is_object()) {
+    lines.emplace_back("engine", text(dataplane, "engine"));
+    for (const Json& p : list_of(dataplane, "ports")) {
+      lines.emplace_back("port " + text(p, "device"),
+                         text(p, "mac") + ", rx " + std::to_string(count(p, "rx_packets")) +
+                             " pkts, tx " + std::to_string(count(p, "tx_packets")) +
+                             " pkts, missed " + std::to_string(count(p, "rx_missed")) +
+                             ", errors " +
+                             std::to_string(count(p, "rx_errors") + count(p, "tx_errors")));
+    }
+    for (const Json& l : list_of(dataplane, "lcores")) {
+      lines.emplace_back("lcore " + text(l, "id"),
+                         std::to_string(count(l, "flows")) + " flows (" +
+                             std::to_string(count(l, "prelude_flows")) + " prelude), " +
+                             std::to_string(count(l, "spliced")) + " spliced since start, rx " +
+                             std::to_string(count(l, "rx_frames")) + ", tx " +
+                             std::to_string(count(l, "tx_frames")));
+    }
   }
   if (feed.is_object() && flag(feed, "enabled")) {
     flatten("feed", feed, &lines);

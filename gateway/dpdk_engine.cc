@@ -1,0 +1,312 @@
+// The DPDK engine in sluiced: EAL start-up from [dpdk], the ports, the splicer's lcore on a
+// thread of its own with a replica of control's decisions, snapshots for the admin API.
+#include "gateway/dpdk_engine.h"
+
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "control/log.h"
+#include "dataplane/dpdk/engine/lcore.h"
+#include "dataplane/dpdk/port/driver.h"
+#include "dataplane/dpdk/port/eal.h"
+#include "dataplane/dpdk/port/mbuf_pool.h"
+#include "dataplane/dpdk/port/port.h"
+#include "gateway/metrics_families.h"
+
+namespace sluice::gateway {
+
+namespace engine = dpdk::engine;
+namespace port = dpdk::port;
+
+namespace {
+
+constexpr uint64_t kRouterPollNs = 10'000'000;  // control's decisions reach the lcore this often
+constexpr uint64_t kSnapshotNs = 100'000'000;   // what the admin API sees is this fresh
+constexpr uint32_t kMbufCache = 256;
+
+// The lcore's view of control: the io_uring engine's replica router, its answers in host-order
+// IPv4.
+class DpdkRouter final : public engine::Router {
+ public:
+  DpdkRouter(control::Control::Worker worker, NodeDirectory& directory)
+      : replica_(std::move(worker), directory) {}
+  engine::Target route(const session::QueueKey& key, uint64_t session_hash) override {
+    const uring::RouteDecision d = replica_.route(key, session_hash);
+    switch (d.kind) {
+      case uring::RouteDecision::Kind::kDirect:
+        return engine::Target{engine::Target::Kind::kOwner,
+                              d.node,
+                              ntohl(d.addr.sin_addr.s_addr),
+                              ntohs(d.addr.sin_port),
+                              {}};
+      case uring::RouteDecision::Kind::kSpill:
+        return engine::Target{engine::Target::Kind::kSpill, UINT32_MAX, 0, 0, {}};
+      case uring::RouteDecision::Kind::kRefuse:
+        return engine::Target{engine::Target::Kind::kRefuse, UINT32_MAX, 0, 0, d.message};
+    }
+    return {};
+  }
+  void connect_failed(uint32_t node) override { replica_.connect_failed(node); }
+  void poll() { replica_.poll(); }
+
+ private:
+  ReplicaRouter replica_;
+};
+
+struct Snapshot {
+  engine::LcoreCounters counters;
+  port::LoopCounters loop;
+  uint32_t flows = 0;
+  uint32_t prelude_flows = 0;
+};
+
+// The lcore and what runs beside it on its thread: control's messages and the snapshots.
+class LcoreHandler final : public engine::BurstHandler {
+ public:
+  LcoreHandler(engine::Lcore& lcore, DpdkRouter& router, std::mutex& mutex, Snapshot& snapshot)
+      : lcore_(lcore), router_(router), mutex_(mutex), snapshot_(snapshot) {}
+  void set_loop(const port::LcoreLoop* loop) { loop_ = loop; }
+
+  void burst(std::span<engine::Frame*> rx, uint64_t now_ns) override { lcore_.burst(rx, now_ns); }
+  std::span<engine::Frame*> take_tx() override { return lcore_.take_tx(); }
+  void tick(uint64_t now_ns) override {
+    lcore_.tick(now_ns);
+    if (now_ns - last_poll_ns_ >= kRouterPollNs) {
+      last_poll_ns_ = now_ns;
+      router_.poll();
+    }
+    if (now_ns - last_snapshot_ns_ >= kSnapshotNs) {
+      // Never wait for the admin API: a busy lock only delays the snapshot by a period.
+      std::unique_lock lock(mutex_, std::try_to_lock);
+      if (lock.owns_lock()) {
+        last_snapshot_ns_ = now_ns;
+        snapshot_.counters = lcore_.counters();
+        snapshot_.flows = lcore_.flows();
+        snapshot_.prelude_flows = lcore_.prelude_flows();
+        if (loop_ != nullptr) snapshot_.loop = loop_->counters();
+      }
+    }
+  }
+
+ private:
+  engine::Lcore& lcore_;
+  DpdkRouter& router_;
+  std::mutex& mutex_;
+  Snapshot& snapshot_;
+  const port::LcoreLoop* loop_ = nullptr;
+  uint64_t last_poll_ns_ = 0;
+  uint64_t last_snapshot_ns_ = 0;
+};
+
+std::string mac_text(const port::Port::MacAddr& m) {
+  char buf[18];
+  std::snprintf(buf, sizeof buf, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4],
+                m[5]);
+  return buf;
+}
+
+}  // namespace
+
+struct DpdkEngine::Impl {
+  std::unique_ptr<port::MbufPool> pool;
+  std::vector<std::unique_ptr<port::Port>> ports;  // [dpdk] ports, then the exception port
+  std::unique_ptr<DpdkRouter> router;
+  std::unique_ptr<engine::Lcore> lcore;
+  std::unique_ptr<LcoreHandler> handler;
+  std::unique_ptr<port::LcoreLoop> loop;
+  std::vector<port::RxSource> rx;
+  std::vector<port::Port*> tx;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  mutable std::mutex mutex;
+  Snapshot snapshot;
+};
+
+DpdkEngine::DpdkEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DpdkEngine::~DpdkEngine() {
+  stop();
+}
+
+std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
+                                             control::Control::Worker worker,
+                                             NodeDirectory& directory, std::string* error) {
+  const control::DpdkConfig& d = c.dpdk;
+  // The EAL pins the calling thread to its main lcore; every thread sluiced starts later
+  // would inherit that. Keep the daemon's own CPU set.
+  cpu_set_t cpus;
+  const bool have_cpus = pthread_getaffinity_np(pthread_self(), sizeof cpus, &cpus) == 0;
+  std::string e = port::eal_init(d.eal_args);
+  if (have_cpus) pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
+  if (!e.empty()) {
+    *error = "dpdk.eal_args: " + e;
+    return nullptr;
+  }
+  auto impl = std::make_unique<Impl>();
+  port::MbufPoolConfig pc;
+  pc.name = "sluice_mbufs";
+  pc.count = d.mbufs;
+  pc.cache_size = kMbufCache;
+  port::MbufPool::Created created = port::MbufPool::create(pc);
+  if (!created.pool) {
+    *error = "dpdk.mbufs: " + created.error;
+    return nullptr;
+  }
+  impl->pool = std::move(created.pool);
+
+  std::vector<std::string> devices = d.ports;
+  if (!d.exception_port.empty()) devices.push_back(d.exception_port);
+  uint16_t max_id = 0;
+  for (const std::string& dev : devices) {
+    port::PortConfig cfg;
+    cfg.device = dev;
+    port::Port::Opened opened = port::Port::open(cfg, *impl->pool);
+    if (!opened.port) {
+      *error = (dev == d.exception_port ? "dpdk.exception_port: " : "dpdk.ports: ") + opened.error;
+      return nullptr;
+    }
+    max_id = std::max(max_id, opened.port->id());
+    impl->ports.push_back(std::move(opened.port));
+  }
+  auto id_of = [&](const std::string& dev) -> uint16_t {
+    for (size_t i = 0; i < devices.size(); ++i)
+      if (devices[i] == dev) return impl->ports[i]->id();
+    return 0;
+  };
+
+  engine::LcoreConfig lc;
+  lc.port_macs.resize(size_t(max_id) + 1);
+  for (const auto& p : impl->ports)
+    std::copy(p->mac().begin(), p->mac().end(), lc.port_macs[p->id()].bytes.begin());
+  lc.virtual_ip = d.virtual_ip;
+  lc.listen_ports = {c.listen.port};
+  lc.local_ips = d.local_ips;
+  lc.local_port_min = d.local_port_min;
+  lc.local_port_max = d.local_port_max;
+  for (const auto& r : d.routes)
+    lc.routes.push_back({r.prefix, r.length, r.via, id_of(r.device)});
+  lc.spill_ip = d.spill_ip;
+  lc.spill_port = d.spill_listen->port;
+  if (!d.exception_port.empty()) lc.exception_port = id_of(d.exception_port);
+  lc.flows_max = d.flows_max;
+  lc.prelude_flows_max = d.prelude_flows_max;
+  lc.connect_timeout_ms = c.connect_timeout_ms;
+  lc.session = c.session;
+  if (getrandom(lc.cookie_key.data(), lc.cookie_key.size(), 0) != ssize_t(lc.cookie_key.size())) {
+    *error = "dpdk: cannot read a SYN cookie key from getrandom()";
+    return nullptr;
+  }
+  if (std::string bad = lc.validate(); !bad.empty()) {
+    *error = "dpdk: " + bad;
+    return nullptr;
+  }
+  impl->router = std::make_unique<DpdkRouter>(std::move(worker), directory);
+  impl->lcore = std::make_unique<engine::Lcore>(lc, *impl->router, *impl->pool, 0);
+  impl->handler =
+      std::make_unique<LcoreHandler>(*impl->lcore, *impl->router, impl->mutex, impl->snapshot);
+  for (const auto& p : impl->ports) {
+    impl->rx.push_back({p.get(), 0});
+    impl->tx.push_back(p.get());
+  }
+  impl->loop = std::make_unique<port::LcoreLoop>(impl->rx, impl->tx, 0, *impl->handler);
+  impl->handler->set_loop(impl->loop.get());
+  return std::unique_ptr<DpdkEngine>(new DpdkEngine(std::move(impl)));
+}
+
+void DpdkEngine::start() {
+  Impl& i = *impl_;
+  i.thread = std::thread([&i] {
+    pthread_setname_np(pthread_self(), "sluice-lcore0");
+    i.loop->run(i.stop);
+  });
+  control::log_event(control::LogLevel::kInfo, "dpdk_started",
+                     {{"ports", std::to_string(i.ports.size())}, {"lcores", "1"}});
+}
+
+void DpdkEngine::stop() {
+  Impl& i = *impl_;
+  if (!i.thread.joinable()) return;
+  i.stop.store(true);
+  i.thread.join();
+  for (auto& p : i.ports)
+    p->stop();
+}
+
+control::DataplaneStatus DpdkEngine::status() const {
+  const Impl& i = *impl_;
+  control::DataplaneStatus s;
+  s.engine = "dpdk";
+  for (const auto& p : i.ports) {
+    const port::PortStats st = p->stats();
+    s.ports.push_back({p->name(), mac_text(p->mac()), st.ipackets, st.opackets, st.ibytes,
+                       st.obytes, st.imissed, st.ierrors, st.oerrors, st.rx_nombuf});
+  }
+  std::lock_guard lock(i.mutex);
+  const Snapshot& n = i.snapshot;
+  s.lcores.push_back({0, n.flows, n.prelude_flows, n.counters.spliced, n.counters.rx_frames,
+                      n.counters.tx_frames, n.loop.tx_dropped});
+  return s;
+}
+
+std::string DpdkEngine::metrics_text() const {
+  Snapshot n;
+  {
+    std::lock_guard lock(impl_->mutex);
+    n = impl_->snapshot;
+  }
+  const engine::LcoreCounters& k = n.counters;
+  Families f;
+  f.one("sluice_dpdk_flows", "gauge", "Flows on the DPDK engine's lcores, every state.", n.flows);
+  f.one("sluice_dpdk_prelude_flows", "gauge", "Flows in the prelude or binding.", n.prelude_flows);
+  f.one("sluice_dpdk_rx_frames_total", "counter", "Frames received.", double(k.rx_frames));
+  f.one("sluice_dpdk_tx_frames_total", "counter", "Frames sent.", double(k.tx_frames));
+  f.one("sluice_dpdk_tx_dropped_total", "counter", "Frames a port's tx ring refused.",
+        double(n.loop.tx_dropped + k.tx_full));
+  f.one("sluice_dpdk_syn_cookies_total", "counter", "SYN-ACKs with a cookie sent.",
+        double(k.syn_cookies_sent));
+  f.one("sluice_dpdk_cookies_bad_total", "counter", "ACKs whose cookie did not verify.",
+        double(k.cookies_bad));
+  f.one("sluice_dpdk_flows_refused_total", "counter", "Handshakes refused at flows_max.",
+        double(k.flows_refused));
+  f.one("sluice_dpdk_spliced_total", "counter", "Flows that reached splice mode.",
+        double(k.spliced));
+  f.one("sluice_dpdk_binds_spill_total", "counter", "Sessions sent to the spill listener.",
+        double(k.binds_spill));
+  f.one("sluice_dpdk_owner_failures_total", "counter",
+        "Owner SYNs refused or unanswered (passive health).",
+        double(k.owner_refused + k.owner_timeouts));
+  f.one("sluice_dpdk_retransmits_total", "counter", "Segments the gateway sent again.",
+        double(k.retransmits));
+  f.one("sluice_dpdk_ack_storm_drops_total", "counter", "Repeated pure ACKs cut.",
+        double(k.ack_storm_drops));
+  f.family("sluice_dpdk_spliced_bytes_total", "counter", "Payload bytes rewritten in splice mode.");
+  f.sample("sluice_dpdk_spliced_bytes_total", "direction=\"client_to_owner\"", double(k.c2o_bytes));
+  f.sample("sluice_dpdk_spliced_bytes_total", "direction=\"owner_to_client\"", double(k.o2c_bytes));
+  f.family("sluice_dpdk_rx_invalid_total", "counter", "Frames refused by the parser, by reason.");
+  for (size_t r = 1; r < k.rx_invalid.size(); ++r) {
+    f.sample("sluice_dpdk_rx_invalid_total",
+             std::string("reason=\"") + dpdk::net::reason_name(dpdk::net::Reason(r)) + "\"",
+             double(k.rx_invalid[r]));
+  }
+  return f.take();
+}
+
+control::SessionTotals DpdkAdmin::totals() {
+  control::SessionTotals t = uring_.totals();
+  const control::DataplaneStatus s = dpdk_.status();
+  for (const auto& l : s.lcores) {
+    t.active += l.flows;
+    t.prelude += l.prelude_flows;
+  }
+  return t;
+}
+
+}  // namespace sluice::gateway

@@ -1,0 +1,57 @@
+// The DPDK engine in sluiced (gateway.engine = "dpdk", issue 7): the EAL, the ports, one lcore
+// running the splicer over a replica of control's decisions, and what the admin API shows of
+// it. DPDK's headers stay in the .cc.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "control/config.h"
+#include "control/control.h"
+#include "control/sessions_admin.h"
+#include "gateway/engine_parts.h"
+
+namespace sluice::gateway {
+
+class DpdkEngine {
+ public:
+  // Starts the EAL, opens the ports and builds the lcore; nothing polls until start(). The
+  // error names the config key or the device.
+  static std::unique_ptr<DpdkEngine> open(const control::GatewayConfig& config,
+                                          control::Control::Worker worker, NodeDirectory& directory,
+                                          std::string* error);
+  ~DpdkEngine();
+
+  void start();
+  // Stops the lcore thread and the ports.
+  void stop();
+
+  // For the admin API, from the control thread: the last snapshot the lcore published
+  // (at most 100 ms old).
+  control::DataplaneStatus status() const;
+  std::string metrics_text() const;
+
+ private:
+  struct Impl;
+  explicit DpdkEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The admin API's view in DPDK mode: the spill sessions of the io_uring engine (the spill
+// listener) and the DPDK engine's flows, ports and lcore.
+class DpdkAdmin : public control::SessionsAdmin {
+ public:
+  DpdkAdmin(control::SessionsAdmin& uring, DpdkEngine& dpdk) : uring_(uring), dpdk_(dpdk) {}
+  std::vector<control::SessionInfo> sessions(size_t limit, size_t* total) override {
+    return uring_.sessions(limit, total);
+  }
+  control::SessionTotals totals() override;
+  std::string metrics_text() override { return uring_.metrics_text() + dpdk_.metrics_text(); }
+  std::optional<control::DataplaneStatus> dataplane() override { return dpdk_.status(); }
+
+ private:
+  control::SessionsAdmin& uring_;
+  DpdkEngine& dpdk_;
+};
+
+}  // namespace sluice::gateway
