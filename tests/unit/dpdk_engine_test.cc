@@ -884,3 +884,189 @@ TEST_F(Splicer, ManyClientsEachGetTheirOwnLocalPort) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- RST and FIN in the binding states, the gateway's own close, the exception path ---------
+
+class SplicerStates : public Splicer {
+ protected:
+  // The flow in kConnecting (owner SYN sent) and the SYN.
+  Sent to_connecting(Endpoint& c) {
+    handshake(c);
+    connect(c);
+    return bind(c);
+  }
+  // The flow in kReplay (replay sent, no CONNECTED yet).
+  Endpoint to_replay(Endpoint& c) {
+    const Sent syn = to_connecting(c);
+    Endpoint o = make_owner(syn);
+    for (const Sent& s : accept(o))
+      o.receive(s);
+    return o;
+  }
+};
+
+TEST_F(SplicerStates, ClientRstWhileConnectingResetsTheOwnerLegAndFreesTheFlow) {
+  Endpoint c = make_client();
+  to_connecting(c);
+  const auto out = b().deliver(c.segment(net::kRst, {}, c.snd_nxt - uint32_t(kSendQ1.size())), 0);
+  // Off the exact sequence: a challenge ACK only.
+  EXPECT_EQ(b().lcore->flows(), 1u);
+  (void)out;
+  // The client's RST at rcv_nxt (what the gateway acknowledged): the owner's SYN is reset.
+  const auto reset = b().deliver(c.segment(net::kRst), 0);
+  const Sent& r = only(reset);
+  EXPECT_EQ(r.port, 1);
+  EXPECT_TRUE(r.has(net::kRst));
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(SplicerStates, ClientRstDuringReplayResetsTheOwner) {
+  Endpoint c = make_client();
+  to_replay(c);
+  const auto out = b().deliver(c.segment(net::kRst), 0);
+  EXPECT_TRUE(only(out).has(net::kRst));
+  EXPECT_EQ(only(out).port, 1);
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(SplicerStates, ClientFinWhileBindingWaitsForTheSplice) {
+  Endpoint c = make_client();
+  to_replay(c);
+  // Not acknowledged (the client sends it again after the splice), nothing sent.
+  EXPECT_TRUE(b().deliver(c.segment(net::kAck | net::kFin), 0).empty());
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kReplay);
+}
+
+TEST_F(SplicerStates, OwnerRstDuringReplayGetsTheClientAnError) {
+  Endpoint c = make_client();
+  Endpoint o = to_replay(c);
+  const auto out = b().deliver(o.segment(net::kRst | net::kAck), 1);
+  const Sent& e = only(out);
+  EXPECT_EQ(e.port, 0);
+  EXPECT_NE(e.payload().find("message:owner closed the connection"), std::string::npos);
+  EXPECT_TRUE(e.has(net::kFin));
+  EXPECT_EQ(b().lcore->counters().owner_errors, 1u);
+}
+
+TEST_F(SplicerStates, OwnerFinBeforeItsConnectedClosesBothSides) {
+  Endpoint c = make_client();
+  Endpoint o = to_replay(c);
+  const auto out = b().deliver(o.segment(net::kAck | net::kFin), 1);
+  const auto to_client = on_port(out, 0);
+  const auto to_owner = on_port(out, 1);
+  EXPECT_TRUE(only(to_owner).has(net::kRst));
+  EXPECT_NE(only(to_client).payload().find("owner closed the connection"), std::string::npos);
+}
+
+TEST_F(SplicerStates, OwnerRstOutsideItsWindowIsIgnored) {
+  Endpoint c = make_client();
+  Endpoint o = to_replay(c);
+  EXPECT_TRUE(b().deliver(o.segment(net::kRst, {}, o.snd_nxt + 5000), 1).empty());
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kReplay);
+}
+
+TEST_F(SplicerStates, SynAckThatAcksSomethingElseIsIgnored) {
+  Endpoint c = make_client();
+  const Sent syn = to_connecting(c);
+  Endpoint o = make_owner(syn);
+  o.rcv_nxt = syn.p.seq + 7;  // acknowledges a sequence the SYN did not have
+  EXPECT_TRUE(b().deliver(o.segment(net::kSyn | net::kAck), 1).empty());
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
+}
+
+TEST_F(SplicerStates, RstWhileClosingFreesTheFlow) {
+  Endpoint c = make_client();
+  handshake(c);
+  const auto err = b().deliver(c.data(stomp_frame("SEND", {{"destination", "/queue/x"}})), 0);
+  c.receive(only(err));
+  ASSERT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kClosing);
+  EXPECT_TRUE(b().deliver(c.segment(net::kRst), 0).empty());
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(SplicerStates, DataAfterTheGatewaysCloseIsReset) {
+  Endpoint c = make_client();
+  handshake(c);
+  const auto err = b().deliver(c.data(stomp_frame("SEND", {{"destination", "/queue/x"}})), 0);
+  c.receive(only(err));
+  const auto out = b().deliver(c.data("more"), 0);
+  EXPECT_TRUE(only(out).has(net::kRst));
+  EXPECT_EQ(b().lcore->flows(), 0u);
+}
+
+TEST_F(SplicerStates, LostOwnerSynAckLeadsToASynRetransmission) {
+  Endpoint c = make_client();
+  const Sent syn = to_connecting(c);
+  const auto out = b().advance_ms(b().config.syn_rto_ms + 1);
+  const auto to_owner = on_port(out, 1);
+  const Sent& again = only(to_owner);
+  EXPECT_TRUE(again.has(net::kSyn));
+  EXPECT_EQ(again.p.seq, syn.p.seq);
+  EXPECT_EQ(again.p.src_port, syn.p.src_port);
+}
+
+TEST_F(SplicerStates, LostSegmentsInSpliceModeAreTheEndpointsBusiness) {
+  // Splice mode keeps no send state: a retransmitted segment is rewritten like the first.
+  Endpoint c = make_client();
+  Endpoint o = splice(c);
+  const uint32_t seq = c.snd_nxt;
+  const auto first = b().deliver(c.data("abc"), 0);
+  const auto again = b().deliver(c.segment(net::kAck | net::kPsh, "abc", seq), 0);
+  EXPECT_EQ(only(first).p.seq, only(again).p.seq);
+  EXPECT_EQ(only(first).payload(), only(again).payload());
+  (void)o;
+}
+
+class SplicerWithKernel : public Splicer {
+ protected:
+  static engine::LcoreConfig with_tap() {
+    engine::LcoreConfig c = default_config();
+    c.port_macs.push_back(net::MacAddr{{0x02, 0, 0, 0, 0, 0x12}});  // port 2: the TAP
+    c.exception_port = 2;
+    c.routes.push_back({ip4(10, 0, 3, 0), 24, 0, 2});
+    return c;
+  }
+  SplicerWithKernel() : Splicer(with_tap()) {}
+};
+
+TEST_F(SplicerWithKernel, FramesForTheHostGoToTheTapAndTheKernelsLeaveByTheirRoute) {
+  // A client's SYN to the host's own address (admin API, SSH): to the kernel, unchanged.
+  Endpoint ssh = make_client();
+  ssh.peer_ip = ip4(10, 0, 0, 7);
+  ssh.peer_port = 22;
+  const auto in = b().deliver(ssh.segment(net::kSyn), 0);
+  const Sent& up = only(in);
+  EXPECT_EQ(up.port, 2);
+  EXPECT_EQ(up.p.dst_port, 22);
+  EXPECT_EQ(b().lcore->counters().exception_frames, 1u);
+  // The kernel's answer to the client leaves by the route to 10.0.1.0/24 with port 0's MAC.
+  Endpoint kernel = ssh;
+  kernel.mac = net::MacAddr{{0x0a, 0, 0, 0, 0, 0x99}};
+  kernel.gw_mac = kClientMac;
+  kernel.ip = ip4(10, 0, 0, 7);
+  kernel.tcp_port = 22;
+  kernel.peer_ip = kClientIp;
+  kernel.peer_port = ssh.tcp_port;
+  const auto out = b().deliver(kernel.segment(net::kSyn | net::kAck), 2);
+  const Sent& down = only(out);
+  EXPECT_EQ(down.port, 0);
+  EXPECT_EQ(down.p.src_mac, kPort0Mac);
+  EXPECT_EQ(down.p.dst_mac, kClientMac);
+  // And from then on frames to the host reach the kernel's own MAC.
+  const auto in2 = b().deliver(ssh.segment(net::kAck), 0);
+  EXPECT_EQ(only(in2).p.dst_mac, kernel.mac);
+}
+
+TEST_F(SplicerWithKernel, TheKernelTalksToTheEngineThroughTheTap) {
+  // ARP from the kernel for a local address is answered on the TAP port.
+  std::vector<uint8_t> req = arp_request(kLocalIp, ip4(10, 0, 3, 1));
+  const auto out = b().deliver(req, 2);
+  const Sent& r = only(out);
+  EXPECT_EQ(r.port, 2);
+  EXPECT_EQ(r.p.arp.operation, net::kArpReply);
+  EXPECT_EQ(r.p.arp.sender_ip, kLocalIp);
+}
+
+}  // namespace
