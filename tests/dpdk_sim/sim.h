@@ -125,6 +125,38 @@ struct Sent {
   bool has(uint8_t flag) const { return (p.flags & flag) != 0; }
 };
 
+// A frame of any pool (the heap's here, mbufs in the forwarding benchmark) holding `bytes`, as
+// if received on `port`; nullptr when the pool is empty or the bytes do not fit.
+inline Frame* copy_in(engine::FramePool& pool, std::span<const uint8_t> bytes, uint16_t port) {
+  Frame* f = pool.alloc();
+  if (f == nullptr) return nullptr;
+  if (bytes.size() > f->room) {
+    pool.free(f);
+    return nullptr;
+  }
+  if (!bytes.empty()) std::memcpy(f->data, bytes.data(), bytes.size());
+  f->len = uint32_t(bytes.size());
+  f->port = port;
+  return f;
+}
+
+// What the lcore sent since the last call, parsed (checksums verified) and copied; the frames
+// go back to `pool`, as a port would free them after transmitting.
+inline std::vector<Sent> take_sent(engine::Lcore& lcore, engine::FramePool& pool) {
+  std::vector<Sent> out;
+  for (Frame* f : lcore.take_tx()) {
+    Sent s;
+    s.port = f->port;
+    s.bytes.assign(f->data, f->data + f->len);
+    net::ParseOptions po;
+    po.verify_tcp_checksum = true;
+    s.parsed = net::parse(s.bytes, po, &s.p);
+    out.push_back(std::move(s));
+    pool.free(f);
+  }
+  return out;
+}
+
 inline engine::LcoreConfig default_config() {
   engine::LcoreConfig c;
   c.port_macs = {kPort0Mac, kPort1Mac};
@@ -178,20 +210,7 @@ class Bench {
     lcore->tick(now_ns);
     return collect();
   }
-  std::vector<Sent> collect() {
-    std::vector<Sent> out;
-    for (Frame* f : lcore->take_tx()) {
-      Sent s;
-      s.port = f->port;
-      s.bytes.assign(f->data, f->data + f->len);
-      net::ParseOptions po;
-      po.verify_tcp_checksum = true;
-      s.parsed = net::parse(s.bytes, po, &s.p);
-      out.push_back(std::move(s));
-      pool.free(f);
-    }
-    return out;
-  }
+  std::vector<Sent> collect() { return take_sent(*lcore, pool); }
 
   engine::LcoreConfig config;
   HeapPool pool;
@@ -319,5 +338,88 @@ inline const std::string kSendQ1 = stomp_frame(
     "SEND", {{"destination", "/queue/q1"}, {"receipt", "r1"}, {"content-length", "5"}}, "hello");
 inline const std::string kOwnerConnected =
     stomp_frame("CONNECTED", {{"version", "1.2"}, {"server", "RabbitMQ/3.10"}});
+
+// Where the owner leg of a session sits: the lcore port the owner is behind and that port's
+// MAC (the defaults match default_config()).
+struct OwnerSide {
+  uint16_t port_id = 1;
+  net::MacAddr gw_mac = kPort1Mac;
+};
+
+struct Spliced {
+  std::optional<Endpoint> owner;  // set when the session reached splice mode
+  std::string error;              // otherwise: the step that went wrong
+};
+
+// Takes `client` through the whole delayed-binding path on any lcore and pool, every frame
+// copied into a buffer of `pool` (so an lcore over mbufs frees what it drops into the right
+// pool): SYN, cookie SYN-ACK, ACK, CONNECT, CONNECTED, SEND, owner SYN, owner SYN-ACK,
+// replay, owner CONNECTED. The lcore must know the owner's MAC (add_neighbor) and route
+// the owner's address to `owner.port_id`; the router picks the owner's address.
+inline Spliced splice_session(engine::Lcore& lcore, engine::FramePool& pool, Endpoint& client,
+                              uint64_t now_ns, const OwnerSide& owner_side = {}) {
+  Spliced r;
+  const auto deliver = [&](std::span<const uint8_t> bytes, uint16_t port) {
+    Frame* f = copy_in(pool, bytes, port);
+    if (f == nullptr) return std::vector<Sent>{};
+    Frame* frames[] = {f};
+    lcore.burst(frames, now_ns);
+    return take_sent(lcore, pool);
+  };
+  const auto tcp_to = [](const std::vector<Sent>& out, uint16_t port) {
+    std::vector<Sent> on;
+    for (const Sent& s : out)
+      if (s.port == port && s.tcp()) on.push_back(s);
+    return on;
+  };
+
+  auto out = deliver(client.segment(net::kSyn), client.port_id);
+  if (out.size() != 1 || !out[0].tcp() || !out[0].has(net::kSyn) || !out[0].has(net::kAck)) {
+    r.error = "the client's SYN got no SYN-ACK";
+    return r;
+  }
+  client.snd_nxt = client.isn + 1;
+  client.receive(out[0]);
+  if (!deliver(client.segment(net::kAck), client.port_id).empty()) {
+    r.error = "the handshake's ACK got an answer";
+    return r;
+  }
+  out = deliver(client.data(kConnect), client.port_id);
+  if (out.size() != 1 || out[0].payload().rfind("CONNECTED\n", 0) != 0) {
+    r.error = "CONNECT got no CONNECTED";
+    return r;
+  }
+  client.receive(out[0]);
+  out = deliver(client.data(kSendQ1), client.port_id);
+  const std::vector<Sent> syns = tcp_to(out, owner_side.port_id);
+  if (syns.size() != 1 || !syns[0].has(net::kSyn) || syns[0].has(net::kAck)) {
+    r.error = "SEND did not make the lcore connect to the owner";
+    return r;
+  }
+  Endpoint owner = make_owner(syns[0]);
+  owner.port_id = owner_side.port_id;
+  owner.gw_mac = owner_side.gw_mac;
+  out = deliver(owner.segment(net::kSyn | net::kAck), owner.port_id);
+  owner.snd_nxt = owner.isn + 1;
+  const std::vector<Sent> replay = tcp_to(out, owner.port_id);
+  if (replay.empty()) {
+    r.error = "the owner's SYN-ACK got no replay";
+    return r;
+  }
+  for (const Sent& s : replay)
+    owner.receive(s);
+  out = deliver(owner.data(kOwnerConnected), owner.port_id);
+  if (tcp_to(out, owner.port_id).size() != 1) {
+    r.error = "the owner's CONNECTED was not acknowledged";
+    return r;
+  }
+  if (lcore.flow_state(flow::Tuple{client.ip, client.peer_ip, client.tcp_port, client.peer_port}) !=
+      engine::detail::FlowState::kSpliced) {
+    r.error = "the owner's CONNECTED did not splice the session";
+    return r;
+  }
+  r.owner = owner;
+  return r;
+}
 
 }  // namespace sluice::dpdk::sim

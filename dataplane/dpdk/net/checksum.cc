@@ -59,21 +59,4 @@ uint64_t checksum_add(std::span<const uint8_t> bytes, uint64_t sum) {
   return sum + native;
 }
 
-uint16_t checksum_fold(uint64_t sum) {
-  while (sum >> 16)
-    sum = (sum & 0xffff) + (sum >> 16);
-  return uint16_t(sum);
-}
-
-uint16_t checksum_update16(uint16_t check, uint16_t old_value, uint16_t new_value) {
-  const uint64_t sum = uint64_t(uint16_t(~check)) + uint16_t(~old_value) + new_value;
-  return uint16_t(~checksum_fold(sum));
-}
-
-uint16_t checksum_update32(uint16_t check, uint32_t old_value, uint32_t new_value) {
-  const uint64_t sum = uint64_t(uint16_t(~check)) + uint16_t(~(old_value >> 16)) +
-                       uint16_t(~old_value) + (new_value >> 16) + (new_value & 0xffff);
-  return uint16_t(~checksum_fold(sum));
-}
-
 }  // namespace sluice::dpdk::net

@@ -12,8 +12,13 @@ namespace sluice::dpdk::net {
 // scattered data only when every piece but the last has an even length.
 uint64_t checksum_add(std::span<const uint8_t> bytes, uint64_t sum = 0);
 
-// Folds a partial sum to 16 bits (end-around carry); not inverted.
-uint16_t checksum_fold(uint64_t sum);
+// Folds a partial sum to 16 bits (end-around carry); not inverted. Inline, as the updates
+// below: the splice path calls them several times per packet.
+inline uint16_t checksum_fold(uint64_t sum) {
+  while (sum >> 16)
+    sum = (sum & 0xffff) + (sum >> 16);
+  return uint16_t(sum);
+}
 
 // The checksum field value for `bytes` (whose own checksum field must be zero).
 inline uint16_t internet_checksum(std::span<const uint8_t> bytes) {
@@ -35,9 +40,16 @@ inline uint64_t pseudo_header_sum(uint32_t src_ip, uint32_t dst_ip, uint8_t prot
 
 // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m') for a 16-bit field changing from `old_value` to
 // `new_value`.
-uint16_t checksum_update16(uint16_t check, uint16_t old_value, uint16_t new_value);
+inline uint16_t checksum_update16(uint16_t check, uint16_t old_value, uint16_t new_value) {
+  const uint64_t sum = uint64_t(uint16_t(~check)) + uint16_t(~old_value) + new_value;
+  return uint16_t(~checksum_fold(sum));
+}
 
 // The same for a 32-bit field (an address or a sequence number): both halves at once.
-uint16_t checksum_update32(uint16_t check, uint32_t old_value, uint32_t new_value);
+inline uint16_t checksum_update32(uint16_t check, uint32_t old_value, uint32_t new_value) {
+  const uint64_t sum = uint64_t(uint16_t(~check)) + uint16_t(~(old_value >> 16)) +
+                       uint16_t(~old_value) + (new_value >> 16) + (new_value & 0xffff);
+  return uint16_t(~checksum_fold(sum));
+}
 
 }  // namespace sluice::dpdk::net
