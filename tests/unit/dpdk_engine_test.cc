@@ -1070,3 +1070,32 @@ TEST_F(SplicerWithKernel, TheKernelTalksToTheEngineThroughTheTap) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(SplicerStates, OwnerBytesThatCompleteTheReplayAreForwardedAtOnce) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const Sent syn = bind(c);
+  Endpoint o = make_owner(syn);
+  const auto replay = accept(o);
+  // CONNECTED arrives without acknowledging the replay (the owner's delayed ACK) ...
+  Endpoint early = o;
+  early.rcv_nxt = syn.p.seq + 1;  // acknowledges only the SYN
+  b().deliver(early.data(kOwnerConnected), 1);
+  o.snd_nxt = early.snd_nxt;
+  ASSERT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kReplay);
+  // ... then the RECEIPT, acknowledging the replay: spliced, and the RECEIPT reaches the client.
+  for (const Sent& s : replay)
+    o.receive(s);
+  const std::string receipt = stomp_frame("RECEIPT", {{"receipt-id", "r1"}});
+  const auto out = b().deliver(o.data(receipt), 1);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+  const auto to_client = on_port(out, 0);
+  const Sent& r = only(to_client);
+  EXPECT_EQ(r.payload(), receipt);
+  EXPECT_EQ(r.p.seq, c.rcv_nxt);
+}
+
+}  // namespace

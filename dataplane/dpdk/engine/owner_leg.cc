@@ -198,6 +198,16 @@ void Lcore::owner_binding(Flow& fl, Frame* f, net::Packet& p) {
     fl.rto_ms = config_.rto_initial_ms;
     fl.rtx_at_ms = 0;
   }
+  if (fl.greeting_done && (p.payload_bytes > 0 || (p.flags & net::kFin))) {
+    // Owner bytes after its CONNECTED (a RECEIPT for the replayed SEND, say): when this
+    // segment's ACK completes the replay the flow splices now and the bytes go straight on;
+    // otherwise they are not acknowledged and the owner sends them again.
+    maybe_splice(fl);
+    if (fl.state == FlowState::kSpliced) {
+      from_owner(fl, f, p);
+      return;
+    }
+  }
   if (p.payload_bytes > 0 || (p.flags & net::kFin)) {
     greeting_bytes(fl, f, p);
     if (fl.state != FlowState::kReplay) return;
