@@ -1099,3 +1099,32 @@ TEST_F(SplicerStates, OwnerBytesThatCompleteTheReplayAreForwardedAtOnce) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(SplicerStates, ClientSegmentThatAcknowledgesConnectedLastIsForwarded) {
+  // CONNECT and SEND in one segment: the CONNECTED is still unacknowledged when the owner
+  // side is ready, so the client's next segment completes the binding and goes through.
+  Endpoint c = make_client();
+  handshake(c);
+  const auto out = b().deliver(c.data(kConnect + kSendQ1), 0);
+  const auto to_client = on_port(out, 0);
+  const auto to_owner = on_port(out, 1);
+  const Sent& connected = only(to_client);
+  const Sent& syn = only(to_owner);
+  Endpoint o = make_owner(syn);
+  for (const Sent& s : accept(o))
+    o.receive(s);
+  b().deliver(o.data(kOwnerConnected), 1);
+  ASSERT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kReplay);
+  c.receive(connected);
+  const std::string more = stomp_frame("SEND", {{"destination", "/queue/q1"}}, "x");
+  const auto fwd = b().deliver(c.data(more), 0);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+  const Sent& f = only(fwd);
+  EXPECT_EQ(f.port, 1);
+  EXPECT_EQ(f.payload(), more);
+  EXPECT_EQ(f.p.seq, o.rcv_nxt);
+}
+
+}  // namespace

@@ -173,10 +173,15 @@ void Lcore::client_prelude(Flow& fl, Frame* f, net::Packet& p) {
   client_ack(fl, p);
   const bool fin = p.flags & net::kFin;
   if (fl.state != FlowState::kPrelude) {
-    // Binding: the client's later bytes are not acknowledged; it sends them again and they
-    // reach the owner through the splice.
-    drop(f);
+    // Binding. If this segment's ACK completes it, the flow splices and the segment goes on;
+    // otherwise its bytes are not acknowledged: the client sends them again and they reach
+    // the owner through the splice.
     maybe_splice(fl);
+    if (fl.state == FlowState::kSpliced) {
+      from_client(fl, f, p);
+      return;
+    }
+    drop(f);
     return;
   }
   if (p.payload_bytes == 0 && !fin) {
