@@ -11,6 +11,11 @@ OwnerGreeting::OwnerGreeting(const FrameLimits& limits, Version agreed)
   parser_.set_version(agreed);
 }
 
+OwnerGreeting::OwnerGreeting(const FrameLimits& limits, Version agreed, HeaderTable& headers)
+    : parser_(limits, headers), agreed_(agreed) {
+  parser_.set_version(agreed);
+}
+
 GreetingResult OwnerGreeting::protocol_error(std::string_view reason) {
   std::optional<std::string_view> bytes =
       build_error(reply_, agreed_, ErrorFrame{"bad response from owner", reason, {}, {}});

@@ -27,6 +27,8 @@ struct GreetingResult {
 class OwnerGreeting {
  public:
   OwnerGreeting(const FrameLimits& limits, Version agreed);
+  // With the parser's header table lent by the caller (see Parser): no allocation.
+  OwnerGreeting(const FrameLimits& limits, Version agreed, HeaderTable& headers);
   // `buf`: the owner's bytes from the start of its stream (the engine accumulates them until a
   // result other than kNeedMore).
   GreetingResult on_bytes(std::string_view buf);

@@ -125,8 +125,16 @@ std::optional<std::string_view> Frame::find(std::string_view name) const {
 }
 
 Parser::Parser(const FrameLimits& limits)
-    : limits_(limits), slots_(new detail::HeaderSlot[limits.header_count_max]) {
+    : limits_(limits),
+      owned_(new detail::HeaderSlot[limits.header_count_max]),
+      slots_(owned_.get()) {
   SLUICE_ASSERT(limits_.valid());
+}
+
+Parser::Parser(const FrameLimits& limits, HeaderTable& table)
+    : limits_(limits), slots_(table.slots_.get()) {
+  SLUICE_ASSERT(limits_.valid());
+  SLUICE_ASSERT(table.capacity() >= limits.header_count_max);
 }
 
 void Parser::reset() {
@@ -147,21 +155,44 @@ ParseResult Parser::parse(std::string_view buf) {
   // (not a heart-beat) in hand, one bitmask pass and no state switch. Anything unusual, or a
   // frame not yet all there, goes through the general incremental path, which gives the same
   // result for every input the fast path accepts.
-  if (state_ == State::kGap && buf.size() >= 64 && buf[0] != '\n' && buf[0] != '\r') {
-    detail::FrameHead head;
-    if (detail::scan_frame_head(buf, limits_, slots_.get(), &head)) {
-      if (const size_t nul = whole_frame(buf, head); nul != kNotFound) {
-        return complete_fast(buf, head, nul);
-      }
-      adopt(head);
-      return end_headers(buf);
+  if (state_ == State::kGap && !buf.empty() && buf[0] != '\n' && buf[0] != '\r') {
+    ParseResult r;
+    bool done;
+    if (buf.size() >= 64) {
+      done = parse_fast(buf, buf, &r);
+    } else {
+      // A frame shorter than one block (a CONNECT, a CONNECTED, a short SEND) is scanned from a
+      // zero-padded copy. The padding cannot complete a head the bytes do not hold: a NUL ends
+      // a line but never a head, and where a head needs one more byte than buf has, the scan
+      // finds a NUL there and leaves the frame to the general path. The frame itself is taken
+      // from buf.
+      char block[64] = {};
+      std::memcpy(block, buf.data(), buf.size());
+      done = parse_fast(buf, std::string_view(block, sizeof block), &r);
     }
+    if (done) return r;
     state_ = State::kCommand;
     pos_ = 0;
   }
 #endif
   return parse_general(buf);
 }
+
+#if defined(__SSE2__)
+bool Parser::parse_fast(std::string_view buf, std::string_view scan, ParseResult* out) {
+  detail::FrameHead head;
+  if (!detail::scan_frame_head(scan, limits_, slots_, &head)) return false;
+  // The head lies in buf: its blank line's LF is a byte of buf, never padding.
+  SLUICE_ASSERT(head.body_start <= buf.size());
+  if (const size_t nul = whole_frame(buf, head); nul != kNotFound) {
+    *out = complete_fast(buf, head, nul);
+  } else {
+    adopt(head);
+    *out = end_headers(buf);
+  }
+  return true;
+}
+#endif
 
 ParseResult Parser::parse_general(std::string_view buf) {
   switch (state_) {
@@ -177,7 +208,7 @@ ParseResult Parser::parse_general(std::string_view buf) {
         }
         return fail(ParseError::kUnknownCommand);
       }
-      // Shorter than a whole 64-byte block: the bitmask pass does not apply.
+      // The bitmask pass in parse() left this frame to the line-by-line scan.
       state_ = State::kCommand;
       pos_ = 0;
       return scan_command(buf);
@@ -346,7 +377,7 @@ inline size_t Parser::whole_frame(std::string_view buf, const detail::FrameHead&
 inline ParseResult Parser::complete_fast(std::string_view buf, const detail::FrameHead& head,
                                          size_t nul_index) {
   frame_.bytes_ = std::string_view(buf.data(), nul_index + 1);
-  frame_.slots_ = slots_.get();
+  frame_.slots_ = slots_;
   frame_.header_count_ = head.count;
   frame_.body_off_ = uint32_t(head.body_start);
   frame_.body_len_ = uint32_t(nul_index - head.body_start);
@@ -436,7 +467,7 @@ inline ParseResult Parser::scan_body(std::string_view buf) {
 const Frame& Parser::head(std::string_view buf) {
   SLUICE_ASSERT(state_ == State::kBody && buf.size() >= body_start_);
   frame_.bytes_ = buf.substr(0, body_start_);
-  frame_.slots_ = slots_.get();
+  frame_.slots_ = slots_;
   frame_.header_count_ = header_count_;
   frame_.body_off_ = uint32_t(body_start_);
   frame_.body_len_ = 0;
@@ -450,7 +481,7 @@ const Frame& Parser::head(std::string_view buf) {
 
 inline ParseResult Parser::complete(std::string_view buf, size_t nul_index) {
   frame_.bytes_ = buf.substr(0, nul_index + 1);
-  frame_.slots_ = slots_.get();
+  frame_.slots_ = slots_;
   frame_.header_count_ = header_count_;
   frame_.body_off_ = uint32_t(body_start_);
   frame_.body_len_ = uint32_t(nul_index - body_start_);

@@ -94,6 +94,23 @@ struct ParseResult {
   size_t consumed = 0;
 };
 
+// Room for a parser's header table, allocated once and lent to one parser at a time: an engine
+// that makes a parser per session (a Prelude, an OwnerGreeting) keeps one per session slot, so
+// that a session costs no allocation.
+class HeaderTable {
+ public:
+  // Room for header_count_max headers.
+  explicit HeaderTable(uint32_t header_count_max)
+      : slots_(new detail::HeaderSlot[header_count_max]), capacity_(header_count_max) {}
+
+  uint32_t capacity() const { return capacity_; }
+
+ private:
+  friend class Parser;
+  std::unique_ptr<detail::HeaderSlot[]> slots_;
+  uint32_t capacity_;
+};
+
 class Parser {
  public:
   // Longest command line accepted ("UNSUBSCRIBE" plus CR).
@@ -101,6 +118,9 @@ class Parser {
 
   // Allocates the header table once, sized by limits.header_count_max.
   explicit Parser(const FrameLimits& limits);
+  // Uses `table` (capacity at least limits.header_count_max), which must outlive the parser and
+  // serve no other parser meanwhile; allocates nothing.
+  Parser(const FrameLimits& limits, HeaderTable& table);
 
   // Version negotiated for this connection; selects the escaping rules. Default 1.0 (no escapes).
   void set_version(Version v) { version_ = v; }
@@ -128,6 +148,11 @@ class Parser {
   enum class State : uint8_t { kGap, kCommand, kHeaders, kBody, kError };
 
   ParseResult fail(ParseError e);
+#if defined(__SSE2__)
+  // The bitmask pass over the head of a frame starting at buf[0]; `scan` holds the same bytes
+  // as buf, padded to a whole block when buf is shorter. False: the general path decides.
+  bool parse_fast(std::string_view buf, std::string_view scan, ParseResult* out);
+#endif
   // Every state and every frame the fast path in parse() leaves (kept out of line, so that
   // path stays short).
   [[gnu::noinline]] ParseResult parse_general(std::string_view buf);
@@ -165,7 +190,8 @@ class Parser {
   bool names_escaped_ = false;
   bool indexed_ = true;  // false: the fast path left the slots of a plain head to Frame::index()
   size_t first_line_ = 0;
-  std::unique_ptr<detail::HeaderSlot[]> slots_;
+  std::unique_ptr<detail::HeaderSlot[]> owned_;  // empty when the table is lent
+  detail::HeaderSlot* slots_;
   Frame frame_;
 };
 

@@ -75,6 +75,16 @@ Prelude::Prelude(const SessionConfig& config, std::span<char> buffer, Nanos now)
   SLUICE_ASSERT(buffer.size() >= config.prelude_bytes_max);
 }
 
+Prelude::Prelude(const SessionConfig& config, std::span<char> buffer, Nanos now,
+                 HeaderTable& headers)
+    : config_(config),
+      buf_(buffer.first(config.prelude_bytes_max)),
+      parser_(config.frame_limits, headers),
+      last_feed_(now),
+      last_frame_(now) {
+  SLUICE_ASSERT(buffer.size() >= config.prelude_bytes_max);
+}
+
 size_t Prelude::feed(std::string_view bytes, Nanos now) {
   if (state_ != State::kAwaitConnect && state_ != State::kConnected) return 0;
   size_t n = std::min(bytes.size(), buf_.size() - fill_);

@@ -55,6 +55,9 @@ class Prelude {
  public:
   // `buffer` must hold config.prelude_bytes_max bytes and outlive the session. `now`: accept time.
   Prelude(const SessionConfig& config, std::span<char> buffer, Nanos now);
+  // The same with the parser's header table lent by the caller (config.frame_limits'
+  // header_count_max at least, outliving the prelude): no allocation at all.
+  Prelude(const SessionConfig& config, std::span<char> buffer, Nanos now, HeaderTable& headers);
 
   // Copies client bytes into the buffer; returns how many were taken. Fewer than offered means
   // the buffer is full: keep the rest (it belongs to the spliced stream if a bind follows).

@@ -1128,3 +1128,36 @@ TEST_F(SplicerStates, ClientSegmentThatAcknowledgesConnectedLastIsForwarded) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(SplicerStates, ReplaySegmentsLeaveRoomForTheTimestampOption) {
+  // A replay longer than one segment: every segment fits a 1500-byte IP packet with the 12
+  // option bytes, and together they are the whole replay.
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const std::string big =
+      stomp_frame("SEND", {{"destination", "/queue/q1"}}, std::string(3000, 'b'));
+  // The SEND's head is in the first segment, so the gateway binds on it: the replay is the
+  // CONNECT and those 1400 bytes (the rest comes through the splice).
+  const auto out = b().deliver(c.data(big.substr(0, 1400)), 0);
+  const auto to_owner = on_port(out, 1);
+  const Sent& syn = only(to_owner);
+  Endpoint o = make_owner(syn);
+  o.window = 65535;
+  const auto replay = accept(o);
+  ASSERT_EQ(replay.size(), 2u);
+  size_t bytes = 0;
+  for (const Sent& s : replay) {
+    EXPECT_LE(s.p.frame_end - s.p.l3_offset, 1500u);
+    EXPECT_LE(s.p.payload_bytes, 1448u);
+    EXPECT_TRUE(s.p.options.has_timestamps);
+    bytes += s.p.payload_bytes;
+  }
+  const std::string connect_out =
+      stomp_frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "0,0"}});
+  EXPECT_EQ(bytes, connect_out.size() + 1400);
+}
+
+}  // namespace

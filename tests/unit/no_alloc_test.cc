@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,32 @@ TEST(NoAllocationTest, PreludeAndSpillSessionDoNotAllocateWhileRunning) {
   const long after = g_allocations.load();
   EXPECT_EQ(appended, 200u);
   EXPECT_EQ(after - before, 0) << "the session core allocated while running";
+}
+
+// With the header tables lent (as the DPDK engine lends one per session slot), making a
+// Prelude and an OwnerGreeting per session allocates nothing at all.
+TEST(NoAllocationTest, PreludeAndGreetingWithLentTablesDoNotAllocate) {
+  SessionConfig config;
+  std::vector<char> prelude_buf(config.prelude_bytes_max);
+  HeaderTable prelude_headers(config.frame_limits.header_count_max);
+  HeaderTable greeting_headers(config.frame_limits.header_count_max);
+  const std::string connect = frame("CONNECT", {{"accept-version", "1.2"}, {"host", "vh"}});
+  const std::string send = frame("SEND", {{"destination", "/queue/q"}}, "hi");
+  const std::string opening = connect + send;
+  const std::string owner = frame("CONNECTED", {{"version", "1.2"}});
+
+  const long before = g_allocations.load();
+  for (int session = 0; session < 3; ++session) {
+    std::optional<Prelude> prelude;
+    prelude.emplace(config, prelude_buf, 0, prelude_headers);
+    ASSERT_EQ(prelude->feed(opening, 1), opening.size());
+    ASSERT_EQ(prelude->next().kind, PreludeEvent::Kind::kReply);
+    ASSERT_EQ(prelude->next().kind, PreludeEvent::Kind::kBind);
+    std::optional<OwnerGreeting> greeting;
+    greeting.emplace(config.frame_limits, prelude->version(), greeting_headers);
+    ASSERT_EQ(greeting->on_bytes(owner).kind, GreetingResult::Kind::kStrip);
+  }
+  EXPECT_EQ(g_allocations.load(), before);
 }
 
 }  // namespace

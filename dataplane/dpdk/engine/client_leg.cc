@@ -124,7 +124,7 @@ void Lcore::client_open(Frame* f, net::Packet& p, const splice::SynOptions& o) {
   Slot& s = *slots_[fl.slot];
   s.prelude.emplace(config_.session,
                     std::span<char>(s.buffer.get(), config_.session.prelude_bytes_max),
-                    session::Nanos(now_ns_));
+                    session::Nanos(now_ns_), s.prelude_headers);
   fl.deadline_ms = prelude_deadline_ms(*s.prelude);
   if (p.payload_bytes > 0 || (p.flags & net::kFin)) {
     client_prelude(fl, f, p);
@@ -263,7 +263,7 @@ void Lcore::send_injected(Flow& fl, bool retransmit) {
   Slot& s = *slots_[fl.slot];
   const uint32_t data_end = fl.our_isn + 1 + s.injected_bytes;
   uint32_t at = retransmit ? fl.snd_una : fl.snd_nxt;
-  const uint32_t mss = std::min<uint32_t>(fl.client.peer_mss, config_.mss);
+  const uint32_t mss = segment_bytes_max(fl.client.peer_mss, config_.mss, fl.client.ts_ok);
   while (seq_lt(at, data_end)) {
     const uint32_t n = std::min(mss, data_end - at);
     const uint32_t off = at - fl.our_isn - 1;

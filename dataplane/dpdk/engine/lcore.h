@@ -97,11 +97,15 @@ class Lcore final : public BurstHandler {
   struct Slot;  // prelude and binding buffers of one flow
 
   // lcore.cc: dispatch, L2/L3, frames out, timers, flow table
-  void handle(Frame* f);
-  void dispatch(Frame* f, net::Packet& p);
+  bool from_kernel(const Frame* f) const;
+  net::Reason parse_frame(Frame* f, net::Packet* p) const;
+  struct Staged;
+  void handle(Frame* f, Staged& s);
+  // tuple_hash: flow::tuple_hash() of a TCP packet's tuple, from the stage.
+  void dispatch(Frame* f, net::Packet& p, uint32_t tuple_hash);
   void kernel_out(Frame* f, const net::Packet& p, uint32_t dst);
   void handle_arp(Frame* f, net::Packet& p);
-  void handle_tcp(Frame* f, net::Packet& p);
+  void handle_tcp(Frame* f, net::Packet& p, uint32_t tuple_hash);
   bool is_local_ip(uint32_t ip) const;
   bool is_listen(uint32_t ip, uint16_t port) const;
   void send(Frame* f);
@@ -200,6 +204,16 @@ class Lcore final : public BurstHandler {
 
   net::MacAddr kernel_mac_;  // the TAP's kernel side, learnt from its frames
   bool kernel_mac_known_ = false;
+
+  // burst()'s stage: the frames parsed ahead of handling them (kept here, not on the stack,
+  // so that a burst does not construct them).
+  static constexpr size_t kStageMax = 32;
+  struct Staged {
+    net::Packet packet;
+    net::Reason reason = net::Reason::kOk;
+    uint32_t hash = 0;  // of the tuple, for a valid TCP packet
+  };
+  std::array<Staged, kStageMax> staged_{};
 
   std::array<Frame*, kTxMax> tx_{};
   size_t tx_count_ = 0;

@@ -156,7 +156,8 @@ void Lcore::owner_binding(Flow& fl, Frame* f, net::Packet& p) {
     fl.ts_offset = ts_now() + 1 - o.ts_recent;
     fl.o2c = splice::SeqMap(fl.our_isn - fl.owner_isn);
     Slot& s = *slots_[fl.slot];
-    s.owner_greeting.emplace(config_.session.frame_limits, s.prelude->version());
+    s.owner_greeting.emplace(config_.session.frame_limits, s.prelude->version(),
+                             s.greeting_headers);
     fl.greeting_fill = 0;
     fl.state = FlowState::kReplay;
     fl.rtx_at_ms = 0;
@@ -295,7 +296,7 @@ void Lcore::send_replay(Flow& fl, bool retransmit) {
   const uint32_t begin = fl.client_isn + 1;
   const uint32_t end = begin + fl.replay_bytes;
   // Send within the owner's window, and at least one segment (a zero window is probed).
-  const uint32_t mss = std::min<uint32_t>(fl.owner.peer_mss, config_.mss);
+  const uint32_t mss = segment_bytes_max(fl.owner.peer_mss, config_.mss, fl.owner.ts_ok);
   const uint32_t limit = fl.o_snd_una + std::max(fl.owner.peer_window, mss);
   uint32_t at = retransmit ? fl.o_snd_una : fl.o_snd_nxt;
   bool sent = false;

@@ -23,7 +23,9 @@ struct Lcore::Slot {
       : prelude_bytes(c.session.prelude_bytes_max),
         greeting_bytes_max(c.owner_greeting_bytes_max),
         buffer(new char[c.session.prelude_bytes_max]),  // untouched until used
-        greeting(new char[c.owner_greeting_bytes_max]) {}
+        greeting(new char[c.owner_greeting_bytes_max]),
+        prelude_headers(c.session.frame_limits.header_count_max),
+        greeting_headers(c.session.frame_limits.header_count_max) {}
 
   void reset() {
     prelude.reset();
@@ -35,6 +37,10 @@ struct Lcore::Slot {
   const uint32_t greeting_bytes_max;
   std::unique_ptr<char[]> buffer;
   std::unique_ptr<char[]> greeting;
+  // The header tables of the two parsers made per session (both live while the greeting is
+  // read), allocated here once so that a session allocates nothing.
+  session::HeaderTable prelude_headers;
+  session::HeaderTable greeting_headers;
   std::optional<session::Prelude> prelude;
   std::optional<session::OwnerGreeting> owner_greeting;
   std::array<char, kInjectBytesMax> injected;  // written before read
@@ -47,6 +53,16 @@ inline bool tcp_checksum_ok(const Frame* f, const net::Packet& p) {
   const uint16_t l4_bytes = uint16_t(p.frame_end - p.l4_offset);
   return net::checksum_ok(std::span<const uint8_t>(f->data + p.l4_offset, l4_bytes),
                           net::pseudo_header_sum(p.src_ip, p.dst_ip, net::kProtoTcp, l4_bytes));
+}
+
+// Payload bytes per segment the gateway sends itself: the smaller MSS less the option bytes
+// every segment carries (RFC 6691: the MSS excludes TCP options). Timestamps: 10 bytes, 12
+// with the NOPs that align them.
+inline uint32_t segment_bytes_max(uint16_t peer_mss, uint16_t our_mss, bool timestamps) {
+  constexpr uint32_t kMssMin = 88;  // Linux's floor for a peer's announced MSS
+  uint32_t mss = peer_mss < our_mss ? peer_mss : our_mss;
+  if (mss < kMssMin) mss = kMssMin;
+  return mss - (timestamps ? 12u : 0u);
 }
 
 // The prelude's next deadline in whole milliseconds, rounded up (the timers tick in ms).

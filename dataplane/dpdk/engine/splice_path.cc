@@ -53,37 +53,36 @@ void Lcore::from_client(Flow& fl, Frame* f, net::Packet& p) {
     return;
   }
   const uint32_t src_seq = p.seq;  // the rewrites keep p in step with the bytes
-  const std::span<uint8_t> b = f->bytes();
   set_macs(f, fl.owner.peer_mac, config_.port_macs[fl.owner.port]);
-  net::set_src_ip(b, p, fl.local_ip);
-  net::set_dst_ip(b, p, fl.owner.rx.src_ip);
-  net::set_src_port(b, p, fl.local_port);
-  net::set_dst_port(b, p, fl.owner.rx.src_port);
+  // Every change below, then one checksum update per header.
+  net::SegmentRewrite rw(f->bytes(), p);
+  rw.src_ip(fl.local_ip);
+  rw.dst_ip(fl.owner.rx.src_ip);
+  rw.src_port(fl.local_port);
+  rw.dst_port(fl.owner.rx.src_port);
   const uint32_t seq = fl.c2o.to_dest(p.seq);
-  net::set_seq(b, p, seq);
+  rw.seq(seq);
   const uint32_t seq_end = seq + p.payload_bytes + ((p.flags & net::kFin) ? 1 : 0);
   if (splice::seq_gt(seq_end, fl.owner_seq_max)) fl.owner_seq_max = seq_end;
   if (p.flags & net::kAck) {
     const uint32_t client_ack = p.ack;
-    net::set_ack(b, p, fl.o2c.to_source(client_ack));
+    rw.ack(fl.o2c.to_source(client_ack));
     if (fl.o2c.edits() != 0) fl.o2c.fold(client_ack);
   }
   for (size_t i = 0; i < p.options.sack_count; ++i) {
     const net::SackBlock& s = p.options.sack[i];
     const auto m = fl.o2c.to_source(splice::SackBlock{s.left, s.right});
     // A block of only injected bytes becomes empty; receivers ignore it.
-    net::set_sack_block(b, p, i,
-                        m ? net::SackBlock{m->left, m->right} : net::SackBlock{p.ack, p.ack});
+    rw.sack_block(i, m ? net::SackBlock{m->left, m->right} : net::SackBlock{p.ack, p.ack});
   }
   if (fl.client.peer_wscale != fl.owner.our_wscale) {
-    net::set_window(b, p,
-                    splice::rescale_window(p.window, fl.client.peer_wscale, fl.owner.our_wscale));
+    rw.window(splice::rescale_window(p.window, fl.client.peer_wscale, fl.owner.our_wscale));
   }
   if (fl.owner.ts_ok && p.options.has_timestamps) {
-    net::set_timestamps(b, p,
-                        net::Timestamps{p.options.timestamps.value,
-                                        p.options.timestamps.echo_reply - fl.ts_offset});
+    rw.timestamps(net::Timestamps{p.options.timestamps.value,
+                                  p.options.timestamps.echo_reply - fl.ts_offset});
   }
+  rw.finish();
   ++counters_.c2o_packets;
   counters_.c2o_bytes += p.payload_bytes;
   f->port = fl.owner.port;
@@ -107,33 +106,31 @@ void Lcore::from_owner(Flow& fl, Frame* f, net::Packet& p) {
     return;
   }
   const uint32_t src_seq = p.seq;
-  const std::span<uint8_t> b = f->bytes();
   set_macs(f, fl.client.peer_mac, config_.port_macs[fl.client.port]);
-  net::set_src_ip(b, p, fl.client.rx.dst_ip);
-  net::set_dst_ip(b, p, fl.client.rx.src_ip);
-  net::set_src_port(b, p, fl.client.rx.dst_port);
-  net::set_dst_port(b, p, fl.client.rx.src_port);
-  net::set_seq(b, p, fl.o2c.to_dest(p.seq));
+  net::SegmentRewrite rw(f->bytes(), p);
+  rw.src_ip(fl.client.rx.dst_ip);
+  rw.dst_ip(fl.client.rx.src_ip);
+  rw.src_port(fl.client.rx.dst_port);
+  rw.dst_port(fl.client.rx.src_port);
+  rw.seq(fl.o2c.to_dest(p.seq));
   if (p.flags & net::kAck) {
     const uint32_t owner_ack = p.ack;
-    net::set_ack(b, p, fl.c2o.to_source(owner_ack));
+    rw.ack(fl.c2o.to_source(owner_ack));
     if (fl.c2o.edits() != 0) fl.c2o.fold(owner_ack);
   }
   for (size_t i = 0; i < p.options.sack_count; ++i) {
     const net::SackBlock& s = p.options.sack[i];
     const auto m = fl.c2o.to_source(splice::SackBlock{s.left, s.right});
-    net::set_sack_block(b, p, i,
-                        m ? net::SackBlock{m->left, m->right} : net::SackBlock{p.ack, p.ack});
+    rw.sack_block(i, m ? net::SackBlock{m->left, m->right} : net::SackBlock{p.ack, p.ack});
   }
   if (fl.owner.peer_wscale != fl.client.our_wscale) {
-    net::set_window(b, p,
-                    splice::rescale_window(p.window, fl.owner.peer_wscale, fl.client.our_wscale));
+    rw.window(splice::rescale_window(p.window, fl.owner.peer_wscale, fl.client.our_wscale));
   }
   if (fl.owner.ts_ok && p.options.has_timestamps) {
-    net::set_timestamps(b, p,
-                        net::Timestamps{p.options.timestamps.value + fl.ts_offset,
-                                        p.options.timestamps.echo_reply});
+    rw.timestamps(net::Timestamps{p.options.timestamps.value + fl.ts_offset,
+                                  p.options.timestamps.echo_reply});
   }
+  rw.finish();
   ++counters_.o2c_packets;
   counters_.o2c_bytes += p.payload_bytes;
   f->port = fl.client.port;

@@ -52,8 +52,10 @@ class TupleMap {
   bool insert(const Tuple& t, uint32_t value);
 
   // The tuple's value, or kNone.
-  uint32_t find(const Tuple& t) const {
-    uint32_t i = tuple_hash(t) & mask_;
+  uint32_t find(const Tuple& t) const { return find(t, tuple_hash(t)); }
+  // The same, `hash` being tuple_hash(t), computed once for prefetch() and find().
+  uint32_t find(const Tuple& t, uint32_t hash) const {
+    uint32_t i = hash & mask_;
     // At most half the slots are full, so an empty slot ends every run.
     for (;;) {
       const Slot& s = slots_[i];
@@ -71,7 +73,8 @@ class TupleMap {
 
   // Asks for the slot find(t) reads first, so that a burst can hash and prefetch every packet's
   // tuple before looking any of them up and their cache misses overlap.
-  void prefetch(const Tuple& t) const { __builtin_prefetch(&slots_[tuple_hash(t) & mask_]); }
+  void prefetch(const Tuple& t) const { prefetch_hash(tuple_hash(t)); }
+  void prefetch_hash(uint32_t hash) const { __builtin_prefetch(&slots_[hash & mask_]); }
 
  private:
   // Aligned to its size so that a slot never straddles two cache lines.

@@ -59,6 +59,22 @@ MacAddr load_mac(const uint8_t* p) {
   return m;
 }
 
+// The IPv4 header checksum verifies: 32-bit words summed in native order into 64 bits and
+// folded once (RFC 1071 section 2(B): the all-ones result does not depend on byte order).
+// Inline and word by word rather than checksum_ok(): every frame the engine receives passes
+// here, and its header is 20 bytes. ihl_bytes is a multiple of 4.
+bool ip_header_ok(const uint8_t* ip, uint32_t ihl_bytes) {
+  uint32_t w[5];
+  std::memcpy(w, ip, sizeof w);
+  uint64_t sum = uint64_t(w[0]) + w[1] + w[2] + w[3] + w[4];
+  for (uint32_t i = uint32_t(sizeof w); i < ihl_bytes; i += 4) {  // options, rare
+    uint32_t o;
+    std::memcpy(&o, ip + i, 4);
+    sum += o;
+  }
+  return checksum_fold(sum) == 0xffff;
+}
+
 bool is_local_ip(const ParseOptions& o, uint32_t ip) {
   return o.local_ips.empty() ||
          std::find(o.local_ips.begin(), o.local_ips.end(), ip) != o.local_ips.end();
@@ -111,10 +127,21 @@ Reason parse_tcp(std::span<const uint8_t> frame, const ParseOptions& o, Packet* 
   p->window = load16(t + 14);
   p->payload_offset = p->l4_offset + header_bytes;
   p->payload_bytes = segment_bytes - header_bytes;
-  const Reason r =
-      parse_tcp_options(std::span<const uint8_t>(t + kTcpBytes, header_bytes - kTcpBytes),
-                        p->l4_offset + uint32_t(kTcpBytes), &p->options);
-  if (r != Reason::kOk) return r;
+  if (header_bytes != kTcpBytes) {
+    const uint8_t* opt = t + kTcpBytes;
+    const uint32_t opt_base = p->l4_offset + uint32_t(kTcpBytes);
+    if (header_bytes == kTcpBytes + 12 && load32(opt) == 0x0101080au) {
+      // NOP, NOP, timestamps and nothing else: what Linux puts in every segment of an
+      // established flow, taken as parse_tcp_options() would without walking it.
+      p->options.has_timestamps = true;
+      p->options.timestamps = Timestamps{load32(opt + 4), load32(opt + 8)};
+      p->options.timestamps_offset = opt_base + 4;
+    } else {
+      const Reason r = parse_tcp_options(std::span<const uint8_t>(opt, header_bytes - kTcpBytes),
+                                         opt_base, &p->options);
+      if (r != Reason::kOk) return r;
+    }
+  }
   if (o.verify_tcp_checksum) {
     const uint64_t pseudo =
         pseudo_header_sum(p->src_ip, p->dst_ip, kProtoTcp, uint16_t(segment_bytes));
@@ -211,7 +238,7 @@ Reason parse(std::span<const uint8_t> frame, const ParseOptions& o, Packet* p) {
   const uint32_t total = load16(ip + 2);
   if (total < ihl_bytes) return Reason::kBadTotalLength;
   if (frame.size() - l3 < total) return Reason::kTruncated;
-  if (!checksum_ok(std::span<const uint8_t>(ip, ihl_bytes))) return Reason::kBadIpChecksum;
+  if (!ip_header_ok(ip, ihl_bytes)) return Reason::kBadIpChecksum;
   if ((load16(ip + 6) & 0x3fff) != 0) return Reason::kFragment;  // MF or an offset
   p->ip_id = load16(ip + 4);
   p->ttl = ip[8];

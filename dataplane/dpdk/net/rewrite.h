@@ -68,6 +68,115 @@ inline void set_ip(std::span<uint8_t> frame, Packet& p, uint32_t at, uint32_t ip
 
 }  // namespace rewrite_detail
 
+// Several fields of one TCP segment rewritten with a single checksum update per header, for the
+// splice path, which changes up to a dozen fields of every segment. Each change adds its
+// one's-complement difference (~old + new, RFC 1624 eqn. 3) to a running sum per header and
+// finish() folds each sum into its checksum once. The result is what the per-field setters
+// below give, bit for bit: folding a chain of updates once or step by step yields the same
+// value. Until finish(), the checksum fields in the frame are stale and `p` holds the new
+// values. Precondition: `p` was parsed from `frame` as kTcp (asserted once, here).
+class SegmentRewrite {
+ public:
+  SegmentRewrite(std::span<uint8_t> frame, Packet& p) : f_(frame.data()), p_(p) {
+    rewrite_detail::check_tcp(frame, p);
+  }
+  SegmentRewrite(const SegmentRewrite&) = delete;
+  SegmentRewrite& operator=(const SegmentRewrite&) = delete;
+
+  // The addresses count in the IPv4 header checksum and, through the pseudo-header, in the
+  // TCP one.
+  void src_ip(uint32_t ip) {
+    address(p_.l3_offset + 12, ip);
+    p_.src_ip = ip;
+  }
+  void dst_ip(uint32_t ip) {
+    address(p_.l3_offset + 16, ip);
+    p_.dst_ip = ip;
+  }
+  void src_port(uint16_t port) {
+    tcp16(p_.l4_offset, port);
+    p_.src_port = port;
+  }
+  void dst_port(uint16_t port) {
+    tcp16(p_.l4_offset + 2, port);
+    p_.dst_port = port;
+  }
+  void seq(uint32_t seq) {
+    tcp32(p_.l4_offset + 4, seq, false);
+    p_.seq = seq;
+  }
+  void ack(uint32_t ack) {
+    tcp32(p_.l4_offset + 8, ack, false);
+    p_.ack = ack;
+  }
+  void window(uint16_t window) {
+    tcp16(p_.l4_offset + 14, window);
+    p_.window = window;
+  }
+  // Block `i` < p.options.sack_count.
+  void sack_block(size_t i, SackBlock block) {
+    SLUICE_ASSERT(i < p_.options.sack_count && p_.options.sack_offset != 0);
+    const uint32_t at = p_.options.sack_offset + uint32_t(8 * i);
+    SLUICE_ASSERT(at + 8 <= p_.payload_offset);
+    const bool odd = ((at - p_.l4_offset) & 1) != 0;
+    tcp32(at, block.left, odd);
+    tcp32(at + 4, block.right, odd);
+    p_.options.sack[i] = block;
+  }
+  // p.options.has_timestamps.
+  void timestamps(Timestamps ts) {
+    SLUICE_ASSERT(p_.options.has_timestamps && p_.options.timestamps_offset != 0);
+    const uint32_t at = p_.options.timestamps_offset;
+    SLUICE_ASSERT(at + 8 <= p_.payload_offset);
+    const bool odd = ((at - p_.l4_offset) & 1) != 0;
+    tcp32(at, ts.value, odd);
+    tcp32(at + 4, ts.echo_reply, odd);
+    p_.options.timestamps = ts;
+  }
+
+  // Writes both checksums; call once, after the last change.
+  void finish() {
+    using rewrite_detail::load16;
+    using rewrite_detail::store16;
+    if (ip_sum_ != 0) {
+      uint8_t* check = f_ + p_.l3_offset + 10;
+      store16(check, uint16_t(~checksum_fold(uint64_t(uint16_t(~load16(check))) + ip_sum_)));
+    }
+    uint8_t* check = f_ + p_.l4_offset + 16;
+    store16(check, uint16_t(~checksum_fold(uint64_t(uint16_t(~load16(check))) + tcp_sum_)));
+  }
+
+ private:
+  // ~old + new for a 32-bit field, taken as one number: 2^16 = 1 in one's-complement
+  // arithmetic, so it counts as the sum of its two 16-bit halves.
+  static uint64_t diff32(uint32_t old_value, uint32_t new_value) {
+    return uint64_t(~old_value) + new_value;
+  }
+
+  void address(uint32_t at, uint32_t ip) {
+    const uint64_t d = diff32(rewrite_detail::load32(f_ + at), ip);
+    ip_sum_ += d;
+    tcp_sum_ += d;
+    rewrite_detail::store32(f_ + at, ip);
+  }
+  // `odd`: the field lies at an odd offset in the TCP header (an option after a lone NOP, say)
+  // and straddles checksum words.
+  void tcp32(uint32_t at, uint32_t value, bool odd) {
+    tcp_sum_ += diff32(rewrite_detail::as_summed(rewrite_detail::load32(f_ + at), odd),
+                       rewrite_detail::as_summed(value, odd));
+    rewrite_detail::store32(f_ + at, value);
+  }
+  void tcp16(uint32_t at, uint16_t value) {
+    tcp_sum_ += uint64_t(uint16_t(~rewrite_detail::load16(f_ + at))) + value;
+    rewrite_detail::store16(f_ + at, value);
+  }
+
+  uint8_t* f_;
+  Packet& p_;
+  uint64_t ip_sum_ = 0;   // differences of the IPv4 header's words
+  uint64_t tcp_sum_ = 0;  // differences of the TCP checksum's words (pseudo-header included)
+};
+
 // Addresses: the IPv4 header checksum, and for TCP the pseudo-header part of its checksum.
 inline void set_src_ip(std::span<uint8_t> frame, Packet& p, uint32_t ip) {
   rewrite_detail::set_ip(frame, p, p.l3_offset + 12, ip);

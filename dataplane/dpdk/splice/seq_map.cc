@@ -15,38 +15,6 @@ bool SeqMap::add(const SeqEdit& e) {
   return true;
 }
 
-uint32_t SeqMap::to_dest(uint32_t src_seq) const {
-  uint32_t shift = base_;  // dest - src so far; unsigned arithmetic wraps like TCP's
-  for (uint32_t i = 0; i < count_; ++i) {
-    const SeqEdit& e = edits_[i];
-    if (seq_lt(src_seq, e.seq)) break;
-    if (seq_lt(src_seq, e.seq + e.removed)) return e.seq + shift + e.inserted;
-    shift += e.inserted - e.removed;
-  }
-  return src_seq + shift;
-}
-
-bool SeqMap::removed(uint32_t src_seq) const {
-  for (uint32_t i = 0; i < count_; ++i) {
-    const SeqEdit& e = edits_[i];
-    if (seq_lt(src_seq, e.seq)) return false;
-    if (seq_lt(src_seq, e.seq + e.removed)) return true;
-  }
-  return false;
-}
-
-uint32_t SeqMap::to_source(uint32_t dest_ack) const {
-  uint32_t shift = base_;
-  for (uint32_t i = 0; i < count_; ++i) {
-    const SeqEdit& e = edits_[i];
-    const uint32_t dest_start = e.seq + shift;
-    if (seq_lt(dest_ack, dest_start)) break;
-    if (seq_lt(dest_ack, dest_start + e.inserted)) return e.seq;
-    shift += e.inserted - e.removed;
-  }
-  return dest_ack - shift;
-}
-
 std::optional<SackBlock> SeqMap::to_source(const SackBlock& b) const {
   if (!seq_lt(b.left, b.right)) return std::nullopt;
   // The right edge is exclusive, like an ACK; the left edge rounds up past inserted bytes.

@@ -59,14 +59,41 @@ class SeqMap {
   bool add(const SeqEdit& e);
 
   // A data segment's seq. A seq inside removed bytes maps to where the next surviving byte
-  // lands; removed() tells the caller to trim the payload.
-  uint32_t to_dest(uint32_t src_seq) const;
-  bool removed(uint32_t src_seq) const;
+  // lands; removed() tells the caller to trim the payload. Inline, as to_source() of an ACK:
+  // the splice path maps every segment.
+  uint32_t to_dest(uint32_t src_seq) const {
+    uint32_t shift = base_;  // dest - src so far; unsigned arithmetic wraps like TCP's
+    for (uint32_t i = 0; i < count_; ++i) {
+      const SeqEdit& e = edits_[i];
+      if (seq_lt(src_seq, e.seq)) break;
+      if (seq_lt(src_seq, e.seq + e.removed)) return e.seq + shift + e.inserted;
+      shift += e.inserted - e.removed;
+    }
+    return src_seq + shift;
+  }
+  bool removed(uint32_t src_seq) const {
+    for (uint32_t i = 0; i < count_; ++i) {
+      const SeqEdit& e = edits_[i];
+      if (seq_lt(src_seq, e.seq)) return false;
+      if (seq_lt(src_seq, e.seq + e.removed)) return true;
+    }
+    return false;
+  }
 
   // A cumulative ACK from the receiving leg, in the sender's space. An ACK inside inserted
   // bytes acknowledges the source only up to the edit; once all inserted bytes are
   // acknowledged the removed source bytes count as acknowledged too.
-  uint32_t to_source(uint32_t dest_ack) const;
+  uint32_t to_source(uint32_t dest_ack) const {
+    uint32_t shift = base_;
+    for (uint32_t i = 0; i < count_; ++i) {
+      const SeqEdit& e = edits_[i];
+      const uint32_t dest_start = e.seq + shift;
+      if (seq_lt(dest_ack, dest_start)) break;
+      if (seq_lt(dest_ack, dest_start + e.inserted)) return e.seq;
+      shift += e.inserted - e.removed;
+    }
+    return dest_ack - shift;
+  }
 
   // A SACK block from the receiving leg, in the sender's space. Edges inside inserted bytes
   // are clamped to the source bytes the block really covers (left to after the edit, right to

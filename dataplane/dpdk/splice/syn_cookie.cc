@@ -4,6 +4,8 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 
 #include "dataplane/session/assert.h"
 
@@ -23,14 +25,23 @@ static_assert(3 * kOptionBits == kBodyBits);
 static_assert(crypto_shorthash_KEYBYTES == SynCookies::kKeyBytes);
 static_assert(crypto_shorthash_BYTES == 8);
 
+// Little-endian stores and load as single moves (byte swaps on a big-endian host): four hashes
+// per session, each one's serialisation byte by byte cost about as much as the hash itself.
 void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    p[i] = static_cast<uint8_t>(v >> (8 * i));
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
+  std::memcpy(p, &v, sizeof v);
 }
 
 void put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap16(v);
+  std::memcpy(p, &v, sizeof v);
+}
+
+uint64_t get64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap64(v);
+  return v;
 }
 
 uint32_t encode_options(const SynOptions& o) {
@@ -70,10 +81,7 @@ uint64_t SynCookies::hash(const FlowKey& k, uint32_t client_isn, uint32_t slot,
   in[20] = domain;
   std::array<uint8_t, crypto_shorthash_BYTES> out{};
   crypto_shorthash(out.data(), in.data(), in.size(), key_.data());
-  uint64_t h = 0;
-  for (size_t i = 0; i < out.size(); ++i)
-    h |= uint64_t{out[i]} << (8 * i);
-  return h;
+  return get64(out.data());
 }
 
 uint32_t SynCookies::make(const FlowKey& k, uint32_t client_isn, const SynOptions& o,
