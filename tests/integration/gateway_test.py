@@ -45,6 +45,8 @@ CONSUME_TIMEOUT_S = 30
 
 
 class Run:
+    gw_host = "127.0.0.1"  # where clients reach sluiced (the DPDK test: its virtual IP)
+
     def __init__(self, sluiced, sluicectl, cluster, work):
         self.sluiced, self.sluicectl, self.cluster, self.work = sluiced, sluicectl, cluster, work
         self.login, self.passcode = cluster.login, cluster.passcode
@@ -117,7 +119,7 @@ class Run:
         while n < PLACED_QUEUES_MAX and (n < PLACED_QUEUES or len(per_node) < 2):
             q = self.queue_name(f"a{n}")
             n += 1
-            c, lis = stomp_client(gw.port, self.login, self.passcode)
+            c, lis = stomp_client(gw.port, self.login, self.passcode, host=self.gw_host)
             try:
                 send_receipted(c, lis, "/queue/" + q, [f"{q}-{i}" for i in range(MESSAGES)])
             finally:
@@ -140,7 +142,7 @@ class Run:
         consumers = []
         try:
             for q in queues:
-                c, lis = stomp_client(gw.port, self.login, self.passcode)
+                c, lis = stomp_client(gw.port, self.login, self.passcode, host=self.gw_host)
                 consumers.append((q, c, lis))
                 c.subscribe(destination="/queue/" + q, id="1", ack="auto")
             for q, c, lis in consumers:
@@ -388,7 +390,7 @@ class Run:
         """Places q and creates it on its owner, then stops the owner until the block ends (once
         sluiced sees it down). Yields the owner's name."""
         gw = self.gw
-        c, lis = stomp_client(gw.port, self.login, self.passcode)
+        c, lis = stomp_client(gw.port, self.login, self.passcode, host=self.gw_host)
         try:
             c.subscribe(destination="/queue/" + q, id="1", ack="auto")
             wait_until(f"queue {q} in RabbitMQ", 10, lambda: self.rabbit_home(q))
@@ -410,7 +412,7 @@ class Run:
         q = self.queue_name("c")
         with self.owner_down(q) as owner:
             # A consumer: ERROR, then close.
-            c, lis = stomp_client(gw.port, self.login, self.passcode)
+            c, lis = stomp_client(gw.port, self.login, self.passcode, host=self.gw_host)
             try:
                 c.subscribe(destination="/queue/" + q, id="1", ack="auto", receipt="r-sub")
                 wait_until("the consumer's ERROR", 10, lambda: lis.errors)
@@ -420,8 +422,8 @@ class Run:
             finally:
                 close_quietly(c)
 
-            producers = [Producer(gw.port, self.login, self.passcode, q, name)
-                         for name in ("A", "B")]
+            producers = [Producer(gw.port, self.login, self.passcode, q, name,
+                                  host=self.gw_host) for name in ("A", "B")]
             for p in producers:
                 p.start()
             time.sleep(PRODUCER_SECONDS_DOWN)
@@ -465,7 +467,8 @@ class Run:
     def check_delivered(self, q, producers):
         confirmed = sum(len(p.confirmed) for p in producers)
         bodies, errors = consume(self.gw.port, self.login, self.passcode, "/queue/" + q,
-                                 confirmed, timeout_s=CONSUME_TIMEOUT_S, quiet_s=1.0)
+                                 confirmed, timeout_s=CONSUME_TIMEOUT_S, quiet_s=1.0,
+                                 host=self.gw_host)
         check(not errors, f"consumer after the owner came back got {errors}")
         dups = sorted({b for b in bodies if bodies.count(b) > 1})
         check(not dups, f"delivered more than once: {dups[:10]}")
@@ -571,9 +574,10 @@ class Producer(threading.Thread):
     """Sends NAME-SEQ with a receipt, one at a time; on ERROR or a closed session reconnects
     (when allowed) and goes on with the next sequence number."""
 
-    def __init__(self, port, login, passcode, queue, name, reconnect=True):
+    def __init__(self, port, login, passcode, queue, name, reconnect=True, host="127.0.0.1"):
         super().__init__(daemon=True)
         self.port, self.login, self.passcode, self.queue = port, login, passcode, queue
+        self.host = host
         self.name, self.reconnect = name, reconnect
         self.confirmed, self.unconfirmed, self.error_messages = [], [], []
         self.failure = None
@@ -594,7 +598,8 @@ class Producer(threading.Thread):
                         self.failure = "more than 50 reconnects"
                         return
                     try:
-                        c, lis = stomp_client(self.port, self.login, self.passcode, timeout_s=5)
+                        c, lis = stomp_client(self.port, self.login, self.passcode, timeout_s=5,
+                                              host=self.host)
                     except Exception as e:  # noqa: BLE001 - retried, bounded
                         if not self.reconnect:
                             return

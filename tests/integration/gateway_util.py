@@ -122,18 +122,20 @@ def pin_section(queue, node, vhost="/"):
 
 
 def base_config(gw_id, work, listen_port, cluster, *, nodes, limits="", spill="",
-                extra="", health_interval_ms=300):
+                extra="", health_interval_ms=300, gateway="", listen_host="127.0.0.1"):
     """A config: loopback listener, admin socket and state in work, fast TCP health probes,
-    the drainer logging in as the cluster's user. `nodes` is [[nodes]] (and [[pins]]) text."""
+    the drainer logging in as the cluster's user. `nodes` is [[nodes]] (and [[pins]]) text;
+    `gateway` more [gateway] keys (e.g. engine = "dpdk")."""
     return f"""
 [gateway]
 id = "{gw_id}"
 state_dir = "{work}/state"
+{gateway}
 [admin]
 socket = "{work}/admin.sock"
 log_level = "info"
 [listen]
-address = "127.0.0.1:{listen_port}"
+address = "{listen_host}:{listen_port}"
 [health]
 probe = "tcp"
 interval_ms = {health_interval_ms}
@@ -187,10 +189,20 @@ class Sluiced:
         with open(self.config_path, "w") as f:
             f.write(config_text)
 
+    # Hooks for engines that run elsewhere (the DPDK engine in a network namespace).
+    def command(self):
+        return [self.sluiced, "--config", self.config_path]
+
+    def after_answering(self):
+        """Runs once the admin API answers, before the listener is probed."""
+
+    def probe_connect(self):
+        """A TCP connection to the listener, as a client would make it."""
+        return socket.create_connection(("127.0.0.1", self.port), timeout=1)
+
     def start(self):
         self.log = open(self.log_path, "a")
-        self.proc = subprocess.Popen([self.sluiced, "--config", self.config_path],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT)
 
         def answering():
             check(self.proc.poll() is None,
@@ -199,10 +211,11 @@ class Sluiced:
                                capture_output=True, text=True, timeout=10)
             return p.returncode == 0
         wait_until("sluiced to answer", START_TIMEOUT_S, answering)
+        self.after_answering()
 
         def listening():
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                with self.probe_connect():
                     return True
             except OSError:
                 return False
@@ -342,9 +355,10 @@ class Listener(stomp.ConnectionListener):
             return True
 
 
-def stomp_client(port, login, passcode, version="1.2", timeout_s=10, auto_decode=True):
+def stomp_client(port, login, passcode, version="1.2", timeout_s=10, auto_decode=True,
+                 host="127.0.0.1"):
     """A connected stomp.py client and its Listener; Failure if CONNECTED does not come."""
-    hp = [("127.0.0.1", port)]
+    hp = [(host, port)]
     if version == "1.0":
         c = stomp.Connection10(hp, auto_decode=auto_decode)
     elif version == "1.1":
@@ -357,7 +371,8 @@ def stomp_client(port, login, passcode, version="1.2", timeout_s=10, auto_decode
     if not listener.connected.wait(timeout_s):
         errors = listener.errors
         close_quietly(c)
-        raise Failure(f"no CONNECTED from port {port} within {timeout_s} s (errors: {errors})")
+        raise Failure(f"no CONNECTED from {host}:{port} within {timeout_s} s "
+                      f"(errors: {errors})")
     return c, listener
 
 
@@ -385,10 +400,10 @@ def send_receipted(c, listener, destination, bodies, timeout_s=10):
 
 
 def consume(port, login, passcode, destination, count, timeout_s=20, quiet_s=0.5,
-            version="1.2"):
+            version="1.2", host="127.0.0.1"):
     """Subscribes through port and collects bodies until count arrived (plus quiet_s for
     extras) or timeout; returns the bodies and the listener's errors."""
-    c, listener = stomp_client(port, login, passcode, version)
+    c, listener = stomp_client(port, login, passcode, version, host=host)
     try:
         c.subscribe(destination=destination, id="1", ack="auto")
         deadline = time.monotonic() + timeout_s
@@ -427,8 +442,8 @@ class RawFrame:
 class RawStomp:
     """A STOMP client on a plain socket: writes bytes as given, reads frames."""
 
-    def __init__(self, port, timeout_s=10):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    def __init__(self, port, timeout_s=10, host="127.0.0.1"):
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
         self.buf = b""
         self.eof = False
 

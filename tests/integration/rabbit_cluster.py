@@ -249,7 +249,12 @@ class RabbitCluster:
     """
 
     def __init__(self, base_dir, nodes=2, base_port=DEFAULT_BASE_PORT, host="localhost",
-                 name_prefix="sluice", epmd_port=None, verbose=True):
+                 name_prefix="sluice", epmd_port=None, verbose=True, netns=None,
+                 stomp_addresses=None):
+        """netns: run every node, epmd and rabbitmqctl inside that network namespace (`ip netns
+        exec`), and reach their ports from inside it (netns_util.netns). stomp_addresses: per
+        node an extra STOMP listener "IP:PORT" (e.g. an address of a veth in netns), besides
+        the loopback one every node has."""
         if not 1 <= int(nodes) <= NODES_MAX:
             raise ValueError(f"nodes must be 1 to {NODES_MAX}, got {nodes}")
         if not 1024 <= int(base_port) <= 65535:
@@ -260,6 +265,11 @@ class RabbitCluster:
         self.host = host
         self.name_prefix = name_prefix
         self.verbose = verbose
+        self.netns = netns
+        if stomp_addresses is not None and len(stomp_addresses) != int(nodes):
+            raise ValueError(f"stomp_addresses must name {nodes} addresses, got "
+                             f"{stomp_addresses}")
+        self.stomp_addresses = list(stomp_addresses) if stomp_addresses else None
         self.owned = True  # False when attached to a cluster another process started
         self.boot_s = None  # wall time of the last start(): boot, join and user set-up
         self.node_boot_s = []  # per node: spawn until its AMQP, STOMP and HTTP ports answered
@@ -280,10 +290,12 @@ class RabbitCluster:
 
     @property
     def nodes(self):
-        """[{name, amqp_port, stomp_port, mgmt_port, dist_port}] in node index order."""
+        """[{name, amqp_port, stomp_port, mgmt_port, dist_port, stomp_address}] in node index
+        order; stomp_address is the extra listener "IP:PORT" or None."""
         self._require_ports()
         keys = ("name", "amqp_port", "stomp_port", "mgmt_port", "dist_port")
-        return [{k: n[k] for k in keys} for n in self._nodes]
+        return [{**{k: n[k] for k in keys}, "stomp_address": n.get("stomp_address")}
+                for n in self._nodes]
 
     @property
     def node_names(self):
@@ -358,7 +370,7 @@ class RabbitCluster:
                  "epmd": self._epmd, "ctl_dist_ports": list(self._ctl_ports),
                  "login": LOGIN, "passcode_file": self.passcode_file,
                  "boot_s": self.boot_s, "node_boot_s": self.node_boot_s,
-                 "phase_s": self.phase_s,
+                 "phase_s": self.phase_s, "netns": self.netns,
                  "nodes": self._nodes}
         tmp = f"{path}.tmp.{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -381,7 +393,8 @@ class RabbitCluster:
                                f"write it with `rabbit_cluster.py start --state {path}`")
         try:
             c = cls(state["base_dir"], nodes=len(state["nodes"]), base_port=state["base_port"],
-                    host=state["host"], name_prefix=state["name_prefix"], verbose=verbose)
+                    host=state["host"], name_prefix=state["name_prefix"], verbose=verbose,
+                    netns=state.get("netns"))
             c._epmd = dict(state["epmd"])
             c._ctl_ports = tuple(state["ctl_dist_ports"])
             c._nodes = [dict(n) for n in state["nodes"]]
@@ -479,7 +492,8 @@ class RabbitCluster:
                 tried.append(f"{base} (claimed by a concurrent start)")
                 base += size
                 continue
-            busy = [p for p in self._block_ports(base) if not _port_free(p)]
+            with self.in_netns():
+                busy = [p for p in self._block_ports(base) if not _port_free(p)]
             if busy:
                 lock.close()
                 tried.append(f"{base} (ports in use: {busy[:4]})")
@@ -514,6 +528,7 @@ class RabbitCluster:
             self._nodes.append({
                 "name": name, "amqp_port": first + AMQP_OFFSET, "stomp_port": first + STOMP_OFFSET,
                 "mgmt_port": first + MGMT_OFFSET, "dist_port": first + DIST_OFFSET,
+                "stomp_address": self.stomp_addresses[i] if self.stomp_addresses else None,
                 "dir": node_dir, "log_file": os.path.join(node_dir, "log", f"{name}.log"),
                 "stdout_file": os.path.join(node_dir, "stdout.log"),
                 "pid_file": os.path.join(node_dir, "rabbitmq.pid"),
@@ -537,6 +552,8 @@ class RabbitCluster:
             with open(os.path.join(n["dir"], "rabbitmq.conf"), "w") as f:
                 f.write(f"# {n['name']}: written by rabbit_cluster.py\n"
                         f"stomp.listeners.tcp.1 = 127.0.0.1:{n['stomp_port']}\n"
+                        + (f"stomp.listeners.tcp.2 = {n['stomp_address']}\n"
+                           if n["stomp_address"] else "") +
                         f"management.tcp.ip = 127.0.0.1\n"
                         f"management.tcp.port = {n['mgmt_port']}\n"
                         # Fresher message counts in /api/queues for tests (default 5000).
@@ -588,18 +605,19 @@ class RabbitCluster:
 
     def _start_epmd(self, deadline):
         port = self._epmd["port"]
-        if _port_answers(port):
+        if self._answers(port):
             # Only when the caller asked for a specific epmd_port that already has a daemon.
             self._log(f"using the epmd already listening on {port}; it will be left running")
             return
         out = open(os.path.join(self.base_dir, "epmd.log"), "w")
         with out:
-            child = subprocess.Popen([EPMD, "-port", str(port), "-address", "127.0.0.1"],
+            child = subprocess.Popen(self._argv([EPMD, "-port", str(port), "-address",
+                                                 "127.0.0.1"]),
                                      env=self._base_env(), stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self._children[child.pid] = child
         self._epmd.update(pid=child.pid, started_by_us=True)
-        while not _port_answers(port):
+        while not self._answers(port):
             if child.poll() is not None:
                 raise ClusterError(f"epmd on port {port} exited with status {child.returncode}:\n"
                                    + _tail(os.path.join(self.base_dir, "epmd.log")))
@@ -611,7 +629,8 @@ class RabbitCluster:
         self._spawned_at = time.monotonic()
         for n in self._nodes:
             with open(n["stdout_file"], "w") as out:
-                child = subprocess.Popen([RABBITMQ_SERVER], env=self._node_env(n), cwd=n["dir"],
+                child = subprocess.Popen(self._argv([RABBITMQ_SERVER]), env=self._node_env(n),
+                                         cwd=n["dir"],
                                          stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
             self._children[child.pid] = child
@@ -636,7 +655,7 @@ class RabbitCluster:
                 if child.poll() is not None:
                     raise self._node_failure(i, f"rabbitmq-server exited with status "
                                                 f"{child.returncode} while booting")
-                if n["beam_pid"] and all(_port_answers(n[k], 0.5) for k in
+                if n["beam_pid"] and all(self._answers(n[k], 0.5) for k in
                                          ("amqp_port", "stomp_port", "mgmt_port")):
                     self.node_boot_s[i] = round(time.monotonic() - self._spawned_at, 1)
                     self._log(f"{n['name']} answers after {self.node_boot_s[i]} s "
@@ -689,7 +708,7 @@ class RabbitCluster:
 
     def _wait_ports(self, i, keys, deadline, when):
         n = self._nodes[i]
-        while not all(_port_answers(n[k], 0.5) for k in keys):
+        while not all(self._answers(n[k], 0.5) for k in keys):
             if not _pid_alive(n["beam_pid"]):
                 raise self._node_failure(i, f"died {when}")
             if time.monotonic() > deadline:
@@ -728,7 +747,7 @@ class RabbitCluster:
     def ctl(self, i, *args, timeout_s=CTL_TIMEOUT_S, check=True):
         """Runs `rabbitmqctl -n NODE args...` against node i; CompletedProcess (text)."""
         n = self._node(i)
-        cmd = [RABBITMQCTL, "-n", n["name"], *args]
+        cmd = self._argv([RABBITMQCTL, "-n", n["name"], *args])
         try:
             r = subprocess.run(cmd, env=self._base_env(), capture_output=True, text=True,
                                timeout=timeout_s, stdin=subprocess.DEVNULL)
@@ -758,7 +777,7 @@ class RabbitCluster:
         n = self._node(i)
         deadline = time.monotonic() + timeout_s
         self.ctl(i, "stop_app", timeout_s=timeout_s)
-        while _port_answers(n["stomp_port"], 0.5):
+        while self._answers(n["stomp_port"], 0.5):
             if time.monotonic() > deadline:
                 raise ClusterError(f"STOMP port {n['stomp_port']} of {n['name']} still accepts "
                                    f"connections after stop_app")
@@ -796,7 +815,7 @@ class RabbitCluster:
                 url = self.mgmt_url(i) + path
                 req = urllib.request.Request(url, data=data, method=method, headers=headers)
                 try:
-                    with _HTTP.open(req, timeout=HTTP_TIMEOUT_S) as resp:
+                    with self.in_netns(), _HTTP.open(req, timeout=HTTP_TIMEOUT_S) as resp:
                         status, text = resp.status, resp.read().decode("utf-8", "replace")
                 except urllib.error.HTTPError as e:
                     status, text = e.code, e.read().decode("utf-8", "replace")
@@ -977,6 +996,20 @@ class RabbitCluster:
         if self.verbose:
             _say(message)
 
+    def in_netns(self):
+        """A context in which the calling thread's sockets reach the nodes' loopback ports."""
+        if not self.netns:
+            return contextlib.nullcontext()
+        from netns_util import netns  # only needed (and importable) for namespaced clusters
+        return netns(self.netns)
+
+    def _answers(self, port, timeout_s=1.0):
+        with self.in_netns():
+            return _port_answers(port, timeout_s)
+
+    def _argv(self, argv):
+        return ["/usr/sbin/ip", "netns", "exec", self.netns, *argv] if self.netns else argv
+
 
 class _NotFound(ClusterError):
     """The management API answered 404."""
@@ -1021,13 +1054,21 @@ def shared_cluster(nodes=2, timeout_s=90, verbose=True):
                 _say(f"attached to the cluster of {state_path}: {', '.join(cluster.node_names)}")
             _shared = cluster
             return cluster
-        base_dir = tempfile.mkdtemp(prefix="sluice-rabbit-")
-        cluster = RabbitCluster(base_dir, nodes=nodes, verbose=verbose)
-        _start_watchdog(cluster.base_dir)
-        _install_cleanup(cluster, base_dir)
-        cluster.start(timeout_s=timeout_s)
-        _shared = cluster
-        return cluster
+        _shared = private_cluster(nodes=nodes, timeout_s=timeout_s, verbose=verbose)
+        return _shared
+
+
+def private_cluster(nodes=2, timeout_s=90, verbose=True, **options):
+    """A cluster of this process alone, in a new temp dir, stopped (and the dir removed unless
+    $SLUICE_RABBIT_KEEP_DIR is set) at exit, on SIGTERM and on SIGINT, and by a watchdog should
+    this process die without cleaning up. options go to RabbitCluster (netns, stomp_addresses,
+    ...). On a failed start the nodes are stopped and ClusterError raised."""
+    base_dir = tempfile.mkdtemp(prefix="sluice-rabbit-")
+    cluster = RabbitCluster(base_dir, nodes=nodes, verbose=verbose, **options)
+    _start_watchdog(cluster.base_dir)
+    _install_cleanup(cluster, base_dir)
+    cluster.start(timeout_s=timeout_s)
+    return cluster
 
 
 _watchdogs = []  # Popen objects; their stdin pipes must stay open for our whole life
