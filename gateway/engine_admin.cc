@@ -108,8 +108,9 @@ std::string EngineAdmin::metrics_text() {
       {"spill_max", &C::refused_spill_max},
       {"route", &C::refused_route},
       {"stopping", &C::refused_stopping}};
-  for (auto& [reason, field] : refused) {
-    f.sample("sluice_sessions_refused_total", std::string("reason=\"") + reason + "\"",
+  for (const auto& r : refused) {
+    const auto field = r.second;  // a plain local: clang before 16 cannot capture a binding
+    f.sample("sluice_sessions_refused_total", std::string("reason=\"") + r.first + "\"",
              total([&](const C& c) -> const std::atomic<uint64_t>& { return c.*field; }));
   }
   f.family("sluice_prelude_ends_total", "counter",

@@ -48,17 +48,14 @@ int64_t unix_ns_now() {
 
 }  // namespace
 
-SpillService::SpillService(const control::GatewayConfig& config, control::Control& control)
-    : control_(control),
-      dir_(config.spill_dir()),
-      max_bytes_(config.spill.max_bytes),
-      nodes_(config.nodes) {}
+SpillService::SpillService(const control::GatewayConfig& config)
+    : dir_(config.spill_dir()), max_bytes_(config.spill.max_bytes), nodes_(config.nodes) {}
 
 std::unique_ptr<SpillService> SpillService::open(const control::GatewayConfig& config,
                                                  const control::Secrets& secrets,
                                                  control::Control& control,
                                                  boost::asio::io_context& io, std::string* error) {
-  std::unique_ptr<SpillService> s(new SpillService(config, control));
+  std::unique_ptr<SpillService> s(new SpillService(config));
   queue::SpillOptions o;
   o.dir = s->dir_;
   o.max_bytes = config.spill.max_bytes;

@@ -48,12 +48,11 @@ class SpillService : public control::SpillAdmin {
   std::string metrics_text() override;
 
  private:
-  SpillService(const control::GatewayConfig& config, control::Control& control);
+  explicit SpillService(const control::GatewayConfig& config);
   // On the drainer's thread.
   void apply_control_messages();
   std::optional<queue::DrainTarget> route(std::string_view vhost, std::string_view queue);
 
-  control::Control& control_;
   std::string dir_;
   uint64_t max_bytes_ = 0;
   std::unique_ptr<queue::SpillLog> log_;

@@ -215,6 +215,10 @@ struct HeadLines {
   size_t body_start = 0;
   uint32_t count = 0;
   int64_t length = -1;
+  // The last 64-byte block the scan made masks for (kNotFound: none kept) and its NULs, so the
+  // body's first bytes need not be scanned again.
+  size_t block = kNotFound;
+  uint64_t block_nul = 0;
 };
 
 // parse_content_length() of buf[from, to), eight digits at a time when eight bytes can be read
@@ -332,6 +336,8 @@ template <typename Isa>
   out->body_start = blank + 1;
   out->count = uint32_t(count);
   out->length = length;
+  out->block = base;
+  out->block_nul = m.nul;
   return true;
 }
 
@@ -373,7 +379,45 @@ bool crlf_head(std::string_view buf, HeadMasks<Isa>& h, size_t first, const Fram
   return true;
 }
 
-template <typename Isa>
+// The index of the NUL ending a frame whose head scan_head() accepted, as the incremental path's
+// end_headers() and scan_body() would find it; kNoFrameEnd when the frame is not all in buf or
+// breaks a limit (that path then gives the error).
+[[gnu::always_inline]] inline size_t end_of_frame(std::string_view buf, const FrameLimits& limits,
+                                                  Command c, const HeadLines& lines) {
+  const bool body_allowed = c == Command::kSend || command_allows_body(c);
+  const size_t body_start = lines.body_start;
+  if (lines.length >= 0) {
+    const size_t nul = body_start + size_t(lines.length);
+    if ((lines.length > 0 && !body_allowed) || lines.length > int64_t(limits.body_bytes_max) ||
+        nul + 1 > limits.frame_bytes_max || nul >= buf.size() || buf[nul] != '\0') {
+      return kNoFrameEnd;
+    }
+    return nul;
+  }
+  if (!body_allowed) {
+    return body_start < buf.size() && buf[body_start] == '\0' ? body_start : kNoFrameEnd;
+  }
+  // As scan_body(): the NUL may come no later than `last`.
+  const size_t last =
+      std::min(body_start + limits.body_bytes_max, size_t(limits.frame_bytes_max) - 1);
+  const size_t to = std::min(buf.size(), last + 1);
+  if (body_start >= to) return kNoFrameEnd;
+  size_t from = body_start;
+  if (lines.block != kNotFound && body_start < lines.block + 64) {
+    // The head's last block: its NUL mask is already made.
+    const uint64_t w = lines.block_nul & (~uint64_t{0} << (body_start - lines.block));
+    if (w != 0) {
+      const size_t nul = lines.block + size_t(__builtin_ctzll(w));
+      return nul < to ? nul : kNoFrameEnd;
+    }
+    from = lines.block + 64;
+    if (from >= to) return kNoFrameEnd;
+  }
+  const void* hit = std::memchr(buf.data() + from, '\0', to - from);
+  return hit ? size_t(static_cast<const char*>(hit) - buf.data()) : kNoFrameEnd;
+}
+
+template <typename Isa, bool kFindEnd>
 [[gnu::always_inline]] inline bool scan_head(
     std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out,
     bool (*by_lines)(std::string_view, size_t, const FrameLimits&, HeaderSlot*, HeadLines*)) {
@@ -405,7 +449,8 @@ template <typename Isa>
     if (!named) return false;
     c = *named;
   }
-  *out = FrameHead{c, first, lines.body_start, lines.count, lines.length, indexed};
+  const size_t nul = kFindEnd ? end_of_frame(buf, limits, c, lines) : kNoFrameEnd;
+  *out = FrameHead{c, first, lines.body_start, lines.count, lines.length, indexed, nul};
   return true;
 }
 
@@ -421,7 +466,12 @@ template <typename Isa>
 
 [[gnu::flatten]] bool scan_frame_head_sse2(std::string_view buf, const FrameLimits& limits,
                                            HeaderSlot* slots, FrameHead* out) {
-  return scan_head<IsaSse2>(buf, limits, slots, out, head_by_lines_sse2);
+  return scan_head<IsaSse2, false>(buf, limits, slots, out, head_by_lines_sse2);
+}
+
+[[gnu::flatten]] bool scan_frame_sse2(std::string_view buf, const FrameLimits& limits,
+                                      HeaderSlot* slots, FrameHead* out) {
+  return scan_head<IsaSse2, true>(buf, limits, slots, out, head_by_lines_sse2);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -441,30 +491,54 @@ template <typename Isa>
 
 [[gnu::flatten, gnu::target("avx2,popcnt,bmi,bmi2")]] bool scan_frame_head_avx2(
     std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out) {
-  return scan_head<IsaAvx2>(buf, limits, slots, out, head_by_lines_avx2);
+  return scan_head<IsaAvx2, false>(buf, limits, slots, out, head_by_lines_avx2);
 }
 
 [[gnu::flatten, gnu::target("avx512bw,popcnt,bmi,bmi2")]] bool scan_frame_head_avx512(
     std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out) {
-  return scan_head<IsaAvx512>(buf, limits, slots, out, head_by_lines_avx512);
+  return scan_head<IsaAvx512, false>(buf, limits, slots, out, head_by_lines_avx512);
 }
 
-ScanFrameHeadFn pick_scan_frame_head() {
+[[gnu::flatten, gnu::target("avx2,popcnt,bmi,bmi2")]] bool scan_frame_avx2(
+    std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out) {
+  return scan_head<IsaAvx2, true>(buf, limits, slots, out, head_by_lines_avx2);
+}
+
+[[gnu::flatten, gnu::target("avx512bw,popcnt,bmi,bmi2")]] bool scan_frame_avx512(
+    std::string_view buf, const FrameLimits& limits, HeaderSlot* slots, FrameHead* out) {
+  return scan_head<IsaAvx512, true>(buf, limits, slots, out, head_by_lines_avx512);
+}
+
+// The widest copy this CPU runs: [0] the head only, [1] the head and the frame's end.
+ScanFrameHeadFn pick_scan(bool find_end) {
   __builtin_cpu_init();
   const bool bits = __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi") &&
                     __builtin_cpu_supports("bmi2");
-  if (bits && __builtin_cpu_supports("avx512bw")) return scan_frame_head_avx512;
-  if (bits && __builtin_cpu_supports("avx2")) return scan_frame_head_avx2;
-  return scan_frame_head_sse2;
+  if (bits && __builtin_cpu_supports("avx512bw")) {
+    return find_end ? scan_frame_avx512 : scan_frame_head_avx512;
+  }
+  if (bits && __builtin_cpu_supports("avx2"))
+    return find_end ? scan_frame_avx2 : scan_frame_head_avx2;
+  return find_end ? scan_frame_sse2 : scan_frame_head_sse2;
 }
 #endif
 
 }  // namespace
 
+size_t frame_end(std::string_view buf, const FrameLimits& limits, const FrameHead& head) {
+  HeadLines lines;
+  lines.body_start = head.body_start;
+  lines.count = head.count;
+  lines.length = head.length;
+  return end_of_frame(buf, limits, head.command, lines);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
-const ScanFrameHeadFn g_scan_frame_head = pick_scan_frame_head();
+const ScanFrameHeadFn g_scan_frame_head = pick_scan(false);
+const ScanFrameHeadFn g_scan_frame = pick_scan(true);
 #else
 const ScanFrameHeadFn g_scan_frame_head = scan_frame_head_sse2;
+const ScanFrameHeadFn g_scan_frame = scan_frame_sse2;
 #endif
 #endif
 

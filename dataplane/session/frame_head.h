@@ -37,7 +37,12 @@ struct FrameHead {
   // False: the slots are not filled. The head is plain (lines end in a bare LF, no CR, backslash
   // or NUL, every line holds a ':' after a non-empty name); index_plain_head() fills them.
   bool indexed;
+  // Filled by scan_frame() only: the index of the frame's NUL when the whole frame is in the
+  // buffer and within every limit, else kNoFrameEnd (the body is still arriving, or the
+  // incremental path has an error to give).
+  size_t nul;
 };
+inline constexpr size_t kNoFrameEnd = ~size_t{0};
 
 // The head of a frame starting at buf[0], when it lies in whole 64-byte blocks of buf and holds
 // nothing unusual (no escape, no CR but at line ends, within every limit). Fills *out, and the
@@ -49,6 +54,17 @@ extern const ScanFrameHeadFn g_scan_frame_head;
 inline bool scan_frame_head(std::string_view buf, const FrameLimits& limits, HeaderSlot* slots,
                             FrameHead* out) {
   return g_scan_frame_head(buf, limits, slots, out);
+}
+// The same over the frame's real bytes (never a padded copy), and the end of the frame too, in
+// the same call: out->nul. The body's NUL is looked for first in the masks the head scan
+// already made, then with memchr from the next block.
+extern const ScanFrameHeadFn g_scan_frame;
+// out->nul of scan_frame() for a head scan_frame_head() took from a padded copy of buf: the body
+// is looked for in buf itself.
+size_t frame_end(std::string_view buf, const FrameLimits& limits, const FrameHead& head);
+inline bool scan_frame(std::string_view buf, const FrameLimits& limits, HeaderSlot* slots,
+                       FrameHead* out) {
+  return g_scan_frame(buf, limits, slots, out);
 }
 #endif
 

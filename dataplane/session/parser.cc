@@ -156,10 +156,14 @@ ParseResult Parser::parse(std::string_view buf) {
   // frame not yet all there, goes through the general incremental path, which gives the same
   // result for every input the fast path accepts.
   if (state_ == State::kGap && !buf.empty() && buf[0] != '\n' && buf[0] != '\r') {
-    ParseResult r;
-    bool done;
     if (buf.size() >= 64) {
-      done = parse_fast(buf, buf, &r);
+      // The head and the frame's end in one call.
+      detail::FrameHead head;
+      if (detail::scan_frame(buf, limits_, slots_, &head)) {
+        if (head.nul != detail::kNoFrameEnd) return complete_fast(buf, head, head.nul);
+        adopt(head);
+        return end_headers(buf);
+      }
     } else {
       // A frame shorter than one block (a CONNECT, a CONNECTED, a short SEND) is scanned from a
       // zero-padded copy. The padding cannot complete a head the bytes do not hold: a NUL ends
@@ -168,9 +172,9 @@ ParseResult Parser::parse(std::string_view buf) {
       // from buf.
       char block[64] = {};
       std::memcpy(block, buf.data(), buf.size());
-      done = parse_fast(buf, std::string_view(block, sizeof block), &r);
+      ParseResult r;
+      if (parse_fast(buf, std::string_view(block, sizeof block), &r)) return r;
     }
-    if (done) return r;
     state_ = State::kCommand;
     pos_ = 0;
   }
@@ -184,7 +188,7 @@ bool Parser::parse_fast(std::string_view buf, std::string_view scan, ParseResult
   if (!detail::scan_frame_head(scan, limits_, slots_, &head)) return false;
   // The head lies in buf: its blank line's LF is a byte of buf, never padding.
   SLUICE_ASSERT(head.body_start <= buf.size());
-  if (const size_t nul = whole_frame(buf, head); nul != kNotFound) {
+  if (const size_t nul = detail::frame_end(buf, limits_, head); nul != detail::kNoFrameEnd) {
     *out = complete_fast(buf, head, nul);
   } else {
     adopt(head);
@@ -350,30 +354,6 @@ inline ParseResult Parser::end_headers(std::string_view buf) {
 }
 
 #if defined(__SSE2__)
-inline size_t Parser::whole_frame(std::string_view buf, const detail::FrameHead& head) const {
-  const bool body_allowed = head.command == Command::kSend || command_allows_body(head.command);
-  if (head.length >= 0) {
-    // Every limit end_headers() checks; a frame over one goes there for its error.
-    const size_t nul = head.body_start + size_t(head.length);
-    if ((head.length > 0 && !body_allowed) || head.length > int64_t(limits_.body_bytes_max) ||
-        nul + 1 > limits_.frame_bytes_max || nul >= buf.size() || buf[nul] != '\0') {
-      return kNotFound;
-    }
-    return nul;
-  }
-  if (!body_allowed) {
-    return head.body_start < buf.size() && buf[head.body_start] == '\0' ? head.body_start
-                                                                        : kNotFound;
-  }
-  // As scan_body(): the NUL may come no later than `last`.
-  const size_t last =
-      std::min(head.body_start + limits_.body_bytes_max, size_t(limits_.frame_bytes_max) - 1);
-  const size_t to = std::min(buf.size(), last + 1);
-  if (head.body_start >= to) return kNotFound;
-  const void* hit = std::memchr(buf.data() + head.body_start, '\0', to - head.body_start);
-  return hit ? size_t(static_cast<const char*>(hit) - buf.data()) : kNotFound;
-}
-
 inline ParseResult Parser::complete_fast(std::string_view buf, const detail::FrameHead& head,
                                          size_t nul_index) {
   frame_.bytes_ = std::string_view(buf.data(), nul_index + 1);

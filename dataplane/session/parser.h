@@ -160,12 +160,9 @@ class Parser {
   ParseResult scan_headers(std::string_view buf);
   ParseResult end_headers(std::string_view buf);
   ParseResult scan_body(std::string_view buf);
-  // For a head the bitmask pass accepted (detail::scan_frame_head: a frame starting at buf[0]
-  // whose command line and headers lie whole in buf and hold nothing unusual): the index of
-  // the frame's NUL when the whole frame is there and within every limit, else ~0 (the body
-  // is still arriving, or end_headers() has an error to give).
-  size_t whole_frame(std::string_view buf, const detail::FrameHead& head) const;
-  // The frame of such a head, straight from it: the state stays kGap.
+  // The frame of a head the bitmask pass accepted (detail::scan_frame_head: a frame starting at
+  // buf[0] whose command line and headers lie whole in buf and hold nothing unusual), its NUL
+  // at nul_index, straight from it: the state stays kGap.
   ParseResult complete_fast(std::string_view buf, const detail::FrameHead& head, size_t nul_index);
   // Takes such a head as the frame in progress, its body to be scanned by end_headers().
   void adopt(const detail::FrameHead& head);

@@ -1019,12 +1019,13 @@ FrameView view_of(Parser& p, ParseResult r, std::span<const std::string_view> na
 }
 
 ::testing::AssertionResult FastPathMatchesBytewise(std::string_view frame_bytes,
-                                                   std::span<const std::string_view> names) {
+                                                   std::span<const std::string_view> names,
+                                                   const FrameLimits& limits = FrameLimits{}) {
   const std::string padded = std::string(frame_bytes) + std::string(kBlockPadding);
-  Parser whole(FrameLimits{});
+  Parser whole(limits);
   whole.set_version(Version::k1_2);
   const FrameView fast = view_of(whole, whole.parse(padded), names);
-  Parser slow(FrameLimits{});
+  Parser slow(limits);
   slow.set_version(Version::k1_2);
   ParseResult r;
   for (size_t n = 0; n <= frame_bytes.size(); ++n) {
@@ -1119,6 +1120,24 @@ TEST(ParserTest, FastPathJudgesEveryOffsetOfMultiBlockHeads) {
     for (const std::string& d : defects) {
       EXPECT_TRUE(FastPathMatchesBytewise(lead + d + "receipt:r\n\nx" + '\0', names))
           << "pad " << pad << " defect " << ::testing::PrintToString(d);
+    }
+  }
+}
+
+// The fast path looks for the NUL of a body without content-length first in the masks of the
+// head's last block, then from the next block on: the NUL must be found wherever the head ends
+// and the body's end falls, and a NUL past the body limit must be the same error.
+TEST(ParserTest, FastPathFindsTheNulOfEveryBodyAtEveryOffset) {
+  const std::array<std::string_view, 1> names = {"destination"};
+  FrameLimits tight;
+  tight.body_bytes_max = 40;
+  for (size_t pad = 0; pad < 140; ++pad) {
+    const std::string lead = "SEND\ndestination:/queue/a\nx-pad:" + std::string(pad, 'p') + "\n\n";
+    for (size_t body : {0, 1, 2, 30, 39, 40, 41, 63, 64, 65, 127, 128, 129, 200}) {
+      const std::string frame = lead + std::string(body, 'b') + '\0';
+      EXPECT_TRUE(FastPathMatchesBytewise(frame, names)) << "pad " << pad << " body " << body;
+      EXPECT_TRUE(FastPathMatchesBytewise(frame, names, tight))
+          << "pad " << pad << " body " << body << " (body limit 40)";
     }
   }
 }
