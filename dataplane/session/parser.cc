@@ -83,13 +83,49 @@ std::string_view strip_cr(std::string_view line) {
 
 void Frame::index() const {
   // The parser checked every line of this head: "name:value" LF, non-empty name, no CR,
-  // backslash or NUL; the blank line's LF is the byte before the body.
+  // backslash or NUL; the blank line's LF is the byte before the body. So a line's first colon
+  // and first LF are all it takes, and the masks of one 64-byte block serve every line that
+  // lies in it.
   const size_t head_end = body_off_ - 1;
   size_t line = first_line_;
-  for (uint32_t k = 0; k < header_count_; ++k) {
+#if defined(__SSE2__)
+  detail::HeadBlock m{0, 0, 0, 0};
+  size_t blk = kNotFound;
+#endif
+  uint32_t k = 0;
+  while (k < header_count_) {
+#if defined(__SSE2__)
+    if (blk == kNotFound || line >= blk + 64) {
+      // A block from the line's start; near the frame's end, from a zero-padded copy (the
+      // padding reads as NULs, past every line of the head).
+      if (line + 64 <= bytes_.size()) {
+        m = detail::g_head_block(bytes_.data() + line);
+      } else {
+        char block[64] = {};
+        std::memcpy(block, bytes_.data() + line, bytes_.size() - line);
+        m = detail::g_head_block(block);
+      }
+      blk = line;
+    }
+    const uint64_t from = ~uint64_t{0} << (line - blk);
+    if (const uint64_t t = m.term & from; t != 0) {
+      const size_t end = blk + size_t(__builtin_ctzll(t));
+      const size_t colon = blk + size_t(__builtin_ctzll(m.colon & from));
+      SLUICE_ASSERT(end < head_end && colon > line && colon < end);
+      slots_[k++] = detail::HeaderSlot{uint32_t(line), uint32_t(colon), uint32_t(end), false};
+      line = end + 1;
+      continue;
+    }
+    if (blk != line) {
+      // The line runs past this block: again from a block at its start.
+      blk = kNotFound;
+      continue;
+    }
+    // A line longer than a block.
+#endif
     const LineScan ls = scan_line(bytes_, line, head_end);
     SLUICE_ASSERT(ls.end != kNotFound && ls.colon != kNotFound && ls.colon > line);
-    slots_[k] = detail::HeaderSlot{uint32_t(line), uint32_t(ls.colon), uint32_t(ls.end), false};
+    slots_[k++] = detail::HeaderSlot{uint32_t(line), uint32_t(ls.colon), uint32_t(ls.end), false};
     line = ls.end + 1;
   }
   SLUICE_ASSERT(line == head_end);
