@@ -439,8 +439,11 @@ template <typename Isa, bool kFindEnd>
   HeadLines lines;
   bool indexed = false;
   if (!plain_head<Isa>(buf, m, first, limits, &lines)) [[unlikely]] {
-    // CR LF line ends (or something the general path must judge): line by line.
-    if (!by_lines(buf, first, limits, slots, &lines)) return false;
+    // CR LF line ends (or something the general path must judge): line by line. Into a copy,
+    // so that `lines` never has its address taken and stays in registers.
+    HeadLines by;
+    if (!by_lines(buf, first, limits, slots, &by)) return false;
+    lines = by;
     indexed = true;
   }
   Command c = Command::kSend;
