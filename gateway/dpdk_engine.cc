@@ -200,8 +200,10 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
   lc.prelude_flows_max = d.prelude_flows_max;
   lc.connect_timeout_ms = c.connect_timeout_ms;
   lc.session = c.session;
-  if (getrandom(lc.cookie_key.data(), lc.cookie_key.size(), 0) != ssize_t(lc.cookie_key.size())) {
-    *error = "dpdk: cannot read a SYN cookie key from getrandom()";
+  if (getrandom(lc.cookie_key.data(), lc.cookie_key.size(), 0) != ssize_t(lc.cookie_key.size()) ||
+      getrandom(&lc.flow_hash_key, sizeof lc.flow_hash_key, 0) !=
+          ssize_t(sizeof lc.flow_hash_key)) {
+    *error = "dpdk: cannot read the SYN cookie and flow hash keys from getrandom()";
     return nullptr;
   }
   if (std::string bad = lc.validate(); !bad.empty()) {

@@ -24,7 +24,8 @@ using sluice::dpdk::flow::Tuple;
 using sluice::dpdk::flow::tuple_hash;
 using sluice::dpdk::flow::TupleMap;
 
-constexpr uint32_t kVip = 0x0a000001;  // 10.0.0.1
+constexpr uint32_t kVip = 0x0a000001;          // 10.0.0.1
+constexpr uint64_t kKey = 0x5eed5eed12345678;  // the hash secret of the maps made here
 constexpr uint16_t kStompPort = 61613;
 
 Tuple client(uint32_t ip, uint16_t port) {
@@ -34,17 +35,17 @@ Tuple client(uint32_t ip, uint16_t port) {
 // The slot a tuple's probe starts at, for a map built with `capacity` (the table is the
 // smallest power of two >= 2 * capacity).
 uint32_t home_slot(const Tuple& t, uint32_t capacity) {
-  return tuple_hash(t) & (std::bit_ceil(2 * capacity) - 1);
+  return tuple_hash(t, kKey) & (std::bit_ceil(2 * capacity) - 1);
 }
 
 struct TupleHasher {
-  size_t operator()(const Tuple& t) const { return tuple_hash(t); }
+  size_t operator()(const Tuple& t) const { return tuple_hash(t, kKey); }
 };
 
 // ---- TupleMap ----
 
 TEST(TupleMap, InsertFindErase) {
-  TupleMap m(16);
+  TupleMap m(16, kKey);
   EXPECT_EQ(m.capacity(), 16u);
   EXPECT_EQ(m.size(), 0u);
   EXPECT_EQ(m.find(client(0xc0a80001, 40000)), TupleMap::kNone);
@@ -71,7 +72,7 @@ TEST(TupleMap, InsertFindErase) {
 }
 
 TEST(TupleMap, InsertRefusesDuplicateAndKeepsValue) {
-  TupleMap m(4);
+  TupleMap m(4, kKey);
   EXPECT_TRUE(m.insert(client(1, 1), 10));
   EXPECT_FALSE(m.insert(client(1, 1), 20));
   EXPECT_EQ(m.find(client(1, 1)), 10u);
@@ -79,7 +80,7 @@ TEST(TupleMap, InsertRefusesDuplicateAndKeepsValue) {
 }
 
 TEST(TupleMap, FullMapRefusesUntilAnEntryIsErased) {
-  TupleMap m(8);
+  TupleMap m(8, kKey);
   for (uint16_t p = 0; p < 8; ++p)
     EXPECT_TRUE(m.insert(client(5, p), p));
   EXPECT_EQ(m.size(), 8u);
@@ -99,7 +100,7 @@ TEST(TupleMap, FullMapRefusesUntilAnEntryIsErased) {
 }
 
 TEST(TupleMap, CapacityOneHoldsOneTuple) {
-  TupleMap m(1);
+  TupleMap m(1, kKey);
   EXPECT_TRUE(m.insert(client(1, 2), 3));
   EXPECT_FALSE(m.insert(client(1, 4), 5));
   EXPECT_EQ(m.find(client(1, 2)), 3u);
@@ -137,7 +138,7 @@ TEST(TupleMap, EraseShiftsBackAcrossTableEndInEveryOrder) {
   std::array<int, 6> order{0, 1, 2, 3, 4, 5};
   int orders = 0;
   do {
-    TupleMap m(kCapacity);
+    TupleMap m(kCapacity, kKey);
     for (size_t i = 0; i < keys.size(); ++i)
       ASSERT_TRUE(m.insert(keys[i], uint32_t(i)));
     std::vector<bool> gone(keys.size());
@@ -169,7 +170,7 @@ TEST(TupleMap, RandomOpsMatchUnorderedMap) {
   });
   universe.erase(std::unique(universe.begin(), universe.end()), universe.end());
 
-  TupleMap m(kCapacity);
+  TupleMap m(kCapacity, kKey);
   std::unordered_map<Tuple, uint32_t, TupleHasher> model;
   int refused_full = 0;
   for (int op = 0; op < 100000; ++op) {
@@ -203,12 +204,41 @@ TEST(TupleMap, RandomOpsMatchUnorderedMap) {
 TEST(TupleMap, HashSpreadsSequentialPorts) {
   std::set<uint32_t> homes;
   for (uint16_t p = 0; p < 1000; ++p)
-    homes.insert(tuple_hash(client(0xc0a80001, p)) & 1023);
+    homes.insert(tuple_hash(client(0xc0a80001, p), kKey) & 1023);
   EXPECT_GT(homes.size(), 590u);
   std::set<uint32_t> homes_by_ip;
   for (uint32_t ip = 0; ip < 1000; ++ip)
-    homes_by_ip.insert(tuple_hash(client(ip, 5)) & 1023);
+    homes_by_ip.insert(tuple_hash(client(ip, 5), kKey) & 1023);
   EXPECT_GT(homes_by_ip.size(), 590u);
+}
+
+// Hash flooding: source ports chosen (offline, knowing the function) to share one home slot
+// under one key are spread by another key like any ports, so a client that does not know the
+// running key cannot build a long probe run. And the map uses its key: those ports, inserted
+// into a map keyed otherwise, find their values.
+TEST(TupleMap, KeyDefeatsPrecomputedCollisions) {
+  constexpr uint64_t kAttackerGuess = 0;
+  constexpr uint32_t kMask = 1023;
+  std::vector<Tuple> colliding;
+  for (uint32_t p = 0; p < 65536 && colliding.size() < 48; ++p) {
+    const Tuple t = client(0xc0a80001, uint16_t(p));
+    if ((tuple_hash(t, kAttackerGuess) & kMask) == 7) colliding.push_back(t);
+  }
+  ASSERT_EQ(colliding.size(), 48u);  // 65536 ports give about 64
+  std::set<uint32_t> homes;
+  for (const Tuple& t : colliding)
+    homes.insert(tuple_hash(t, kKey) & kMask);
+  // 48 random keys in 1024 slots: about 47 distinct homes expected.
+  EXPECT_GT(homes.size(), 40u);
+
+  TupleMap m(512, kKey);  // 1024 slots
+  for (uint32_t i = 0; i < colliding.size(); ++i)
+    ASSERT_TRUE(m.insert(colliding[i], i));
+  for (uint32_t i = 0; i < colliding.size(); ++i) {
+    EXPECT_EQ(m.find(colliding[i]), i);
+    EXPECT_EQ(m.find(colliding[i], m.hash(colliding[i])), i);
+  }
+  EXPECT_NE(m.hash(colliding[0]), tuple_hash(colliding[0], kAttackerGuess));
 }
 
 // ---- TimerWheel ----

@@ -67,6 +67,7 @@ struct LcoreConfig {
   uint32_t reset_linger_ms = 2'000;  // after a RST: absorb what is still in flight
 
   std::array<uint8_t, 16> cookie_key{};
+  uint64_t flow_hash_key = 0;  // the flow table's hash secret (flow::tuple_hash)
   session::SessionConfig session;
 
   // Empty when valid; otherwise names the first wrong setting.

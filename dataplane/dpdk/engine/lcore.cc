@@ -76,7 +76,7 @@ Lcore::Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_
       now_ns_(now_ns),
       now_ms_(now_ns / kTickNs),
       flows_(config.flows_max),
-      tuples_(config.flows_max * 2),
+      tuples_(config.flows_max * 2, config.flow_hash_key),
       timers_(config.flows_max, kTickNs, kWheelSlots, now_ns),
       neighbors_(config.neighbors_max) {
   SLUICE_ASSERT(config_.validate().empty());
@@ -119,7 +119,7 @@ void Lcore::burst(std::span<Frame*> rx, uint64_t now_ns) {
       s.reason = parse_frame(rx[at + i], &s.packet);
       if (s.reason == net::Reason::kOk && s.packet.kind == net::Kind::kTcp) {
         const net::Packet& p = s.packet;
-        s.hash = flow::tuple_hash(flow::Tuple{p.src_ip, p.dst_ip, p.src_port, p.dst_port});
+        s.hash = tuples_.hash(flow::Tuple{p.src_ip, p.dst_ip, p.src_port, p.dst_port});
         tuples_.prefetch_hash(s.hash);
       }
     }

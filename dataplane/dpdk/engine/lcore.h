@@ -101,7 +101,7 @@ class Lcore final : public BurstHandler {
   net::Reason parse_frame(Frame* f, net::Packet* p) const;
   struct Staged;
   void handle(Frame* f, Staged& s);
-  // tuple_hash: flow::tuple_hash() of a TCP packet's tuple, from the stage.
+  // tuple_hash: tuples_.hash() of a TCP packet's tuple, from the stage.
   void dispatch(Frame* f, net::Packet& p, uint32_t tuple_hash);
   void kernel_out(Frame* f, const net::Packet& p, uint32_t dst);
   void handle_arp(Frame* f, net::Packet& p);

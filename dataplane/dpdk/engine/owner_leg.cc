@@ -21,7 +21,7 @@ constexpr uint64_t kArpWaitMs = 100;  // SYN retry while the next hop's MAC is u
 
 void Lcore::bind(Flow& fl) {
   Slot& s = *slots_[fl.slot];
-  const Target t = router_.route(s.prelude->key(), flow::tuple_hash(fl.client.rx));
+  const Target t = router_.route(s.prelude->key(), tuples_.hash(fl.client.rx));
   if (t.kind == Target::Kind::kRefuse) {
     ++counters_.binds_refused;
     refuse(fl, t.message, "the destination cannot be routed");

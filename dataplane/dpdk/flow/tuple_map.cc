@@ -7,15 +7,15 @@
 
 namespace sluice::dpdk::flow {
 
-TupleMap::TupleMap(uint32_t capacity)
-    : capacity_(capacity), mask_(std::bit_ceil(2 * capacity) - 1) {
+TupleMap::TupleMap(uint32_t capacity, uint64_t key)
+    : key_(key), capacity_(capacity), mask_(std::bit_ceil(2 * capacity) - 1) {
   SLUICE_ASSERT(capacity >= 1 && capacity <= kCapacityMax);
   slots_ = std::make_unique<Slot[]>(size_t(mask_) + 1);
 }
 
 bool TupleMap::insert(const Tuple& t, uint32_t value) {
   SLUICE_ASSERT(value != kNone);
-  uint32_t i = tuple_hash(t) & mask_;
+  uint32_t i = hash(t) & mask_;
   for (;;) {
     Slot& s = slots_[i];
     if (s.value == kNone) break;
@@ -29,7 +29,7 @@ bool TupleMap::insert(const Tuple& t, uint32_t value) {
 }
 
 bool TupleMap::erase(const Tuple& t) {
-  uint32_t hole = tuple_hash(t) & mask_;
+  uint32_t hole = hash(t) & mask_;
   for (;;) {
     const Slot& s = slots_[hole];
     if (s.value == kNone) return false;
@@ -45,7 +45,7 @@ bool TupleMap::erase(const Tuple& t) {
     j = (j + 1) & mask_;
     const Slot& s = slots_[j];
     if (s.value == kNone) break;
-    const uint32_t home = tuple_hash(s.tuple) & mask_;
+    const uint32_t home = hash(s.tuple) & mask_;
     if (((j - home) & mask_) >= ((j - hole) & mask_)) {
       slots_[hole] = s;
       hole = j;

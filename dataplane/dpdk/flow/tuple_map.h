@@ -18,13 +18,15 @@ struct Tuple {
 };
 static_assert(sizeof(Tuple) == 12);
 
-// Deterministic and unkeyed: the addresses and ports are packed into 64 bits (injective while
-// dst_ip is fixed, as it is for one listening address) and finished with murmur3's fmix64, so
-// every bit of the tuple reaches the low bits the table indexes with.
-inline uint32_t tuple_hash(const Tuple& t) {
+// The addresses and ports are packed into 64 bits (injective while dst_ip is fixed, as it is
+// for one listening address), XORed with `key` and finished with murmur3's fmix64, so every bit
+// of the tuple reaches the low bits the table indexes with. The key is a secret drawn at start
+// (as Linux keys its conntrack hash): without it a client cannot choose source ports whose
+// flows share a slot and grow one probe run long enough to slow every lookup (hash flooding).
+inline uint32_t tuple_hash(const Tuple& t, uint64_t key) {
   const uint64_t ips = uint64_t(t.src_ip) << 32 | t.dst_ip;
   const uint64_t ports = uint64_t(t.src_port) << 16 | t.dst_port;
-  uint64_t x = ips ^ (ports * 0x9e3779b97f4a7c15ull);
+  uint64_t x = ips ^ (ports * 0x9e3779b97f4a7c15ull) ^ key;
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;
@@ -44,16 +46,20 @@ class TupleMap {
   static constexpr uint32_t kCapacityMax = uint32_t(1) << 28;
 
   // capacity: the most entries the map holds, 1 to kCapacityMax. The table is the smallest
-  // power of two >= 2 * capacity slots, allocated here and only here.
-  explicit TupleMap(uint32_t capacity);
+  // power of two >= 2 * capacity slots, allocated here and only here. key: tuple_hash()'s
+  // secret (random in production; tests may fix it).
+  TupleMap(uint32_t capacity, uint64_t key);
+
+  // The hash find() and prefetch_hash() take: tuple_hash() under this map's key.
+  uint32_t hash(const Tuple& t) const { return tuple_hash(t, key_); }
 
   // False when the tuple is already present or the map holds capacity() entries (the caller
   // counts it and refuses the flow). value must not be kNone.
   bool insert(const Tuple& t, uint32_t value);
 
   // The tuple's value, or kNone.
-  uint32_t find(const Tuple& t) const { return find(t, tuple_hash(t)); }
-  // The same, `hash` being tuple_hash(t), computed once for prefetch() and find().
+  uint32_t find(const Tuple& t) const { return find(t, hash(t)); }
+  // The same, `hash` being hash(t), computed once for prefetch() and find().
   uint32_t find(const Tuple& t, uint32_t hash) const {
     uint32_t i = hash & mask_;
     // At most half the slots are full, so an empty slot ends every run.
@@ -73,7 +79,7 @@ class TupleMap {
 
   // Asks for the slot find(t) reads first, so that a burst can hash and prefetch every packet's
   // tuple before looking any of them up and their cache misses overlap.
-  void prefetch(const Tuple& t) const { prefetch_hash(tuple_hash(t)); }
+  void prefetch(const Tuple& t) const { prefetch_hash(hash(t)); }
   void prefetch_hash(uint32_t hash) const { __builtin_prefetch(&slots_[hash & mask_]); }
 
  private:
@@ -84,6 +90,7 @@ class TupleMap {
   };
   static_assert(sizeof(Slot) == 16);
 
+  uint64_t key_;
   uint32_t capacity_;
   uint32_t mask_;  // slots - 1
   uint32_t size_ = 0;
