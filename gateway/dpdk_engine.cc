@@ -198,6 +198,8 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
   if (!d.exception_port.empty()) lc.exception_port = id_of(d.exception_port);
   lc.flows_max = d.flows_max;
   lc.prelude_flows_max = d.prelude_flows_max;
+  // Segments held while flows bind take mbufs from the pool rx refills from: a sixteenth.
+  lc.parked_frames_max = d.mbufs / 16;
   lc.connect_timeout_ms = c.connect_timeout_ms;
   lc.session = c.session;
   if (getrandom(lc.cookie_key.data(), lc.cookie_key.size(), 0) != ssize_t(lc.cookie_key.size()) ||
@@ -289,6 +291,13 @@ std::string DpdkEngine::metrics_text() const {
         double(k.retransmits));
   f.one("sluice_dpdk_ack_storm_drops_total", "counter", "Repeated pure ACKs cut.",
         double(k.ack_storm_drops));
+  f.one("sluice_dpdk_binding_parked_total", "counter",
+        "Client segments held while their flow bound, sent on at the splice.",
+        double(k.binding_parked));
+  f.one("sluice_dpdk_binding_park_full_total", "counter",
+        "Client segments not held while their flow bound (limit reached): sent again by the "
+        "client.",
+        double(k.binding_park_full));
   f.family("sluice_dpdk_spliced_bytes_total", "counter", "Payload bytes rewritten in splice mode.");
   f.sample("sluice_dpdk_spliced_bytes_total", "direction=\"client_to_owner\"", double(k.c2o_bytes));
   f.sample("sluice_dpdk_spliced_bytes_total", "direction=\"owner_to_client\"", double(k.o2c_bytes));

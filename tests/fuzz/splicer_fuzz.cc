@@ -40,6 +40,7 @@ engine::LcoreConfig fuzz_config() {
   c.session.frame_limits.header_line_bytes_max = 1024;
   c.session.frame_limits.body_bytes_max = 4096;
   c.ack_storm_max = 4;
+  c.parked_frames_max = 10;  // below 4 binding flows' 8 each: the lcore-wide limit is reachable
   return c;
 }
 
@@ -56,7 +57,9 @@ struct World {
   }
 
   void take(std::vector<Sent> out) {
-    check(b.pool.outstanding() == 0, "a frame did not return to the pool");
+    // Only the segments binding flows hold stay out between bursts, within their limits.
+    check(b.pool.outstanding() == b.lcore->parked_frames(), "a frame did not return to the pool");
+    check(b.lcore->parked_frames() <= b.config.parked_frames_max, "parked_frames_max exceeded");
     check(b.lcore->flows() <= b.config.flows_max, "flows_max exceeded");
     check(b.lcore->prelude_flows() <= b.config.prelude_flows_max, "prelude_flows_max exceeded");
     for (const Sent& s : out) {
@@ -198,5 +201,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     w.take(w.b.jump_ms(3'600'000));
   check(w.b.lcore->flows() == 0, "a flow outlived every deadline");
   check(w.b.lcore->prelude_flows() == 0, "a prelude slot was not returned");
+  check(w.b.lcore->parked_frames() == 0, "a held segment outlived its flow");
   return 0;
 }

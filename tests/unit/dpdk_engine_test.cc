@@ -43,7 +43,9 @@ class Splicer : public ::testing::Test {
     b_->lcore->add_neighbor(kSpillIp, kSpillMac);
   }
   void TearDown() override {
-    // Every frame the lcore took or made came back to the pool or went out (and was freed).
+    // Every frame the lcore took or made came back to the pool or went out (and was freed),
+    // or is held by a binding flow and freed with the lcore.
+    b_->lcore.reset();
     EXPECT_EQ(b_->pool.outstanding(), 0u);
   }
 
@@ -609,15 +611,86 @@ TEST_F(Splicer, UnknownNextHopIsResolvedByArpBeforeTheSyn) {
   EXPECT_EQ(syn.p.dst_mac, kOwnerMac);
 }
 
-TEST_F(Splicer, ClientBytesDuringBindingAreNotAcknowledged) {
+// Client bytes that arrive while the gateway binds are held in the flow's slot (not
+// acknowledged by the gateway) and go to the owner, in order and in its sequence space, the
+// moment the flow splices: no wait for the client's retransmission timeout.
+TEST_F(Splicer, ClientBytesDuringBindingGoToTheOwnerAtTheSplice) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const Sent syn = bind(c);
+  const std::string second = stomp_frame("SEND", {{"destination", "/queue/q1"}}, "second");
+  const std::string third = stomp_frame("SEND", {{"destination", "/queue/q1"}}, "third");
+  EXPECT_TRUE(b().deliver(c.data(second), 0).empty());
+  EXPECT_TRUE(b().deliver(c.data(third), 0).empty());
+  EXPECT_EQ(b().lcore->counters().binding_parked, 2u);
+  Endpoint o = make_owner(syn);
+  for (const Sent& s : accept(o))
+    o.receive(s);
+  const auto out = b().deliver(o.data(kOwnerConnected), 1);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+  std::string carried;
+  for (const Sent& s : on_port(out, 1)) {
+    if (s.p.payload_bytes == 0) continue;
+    EXPECT_EQ(s.p.seq, o.rcv_nxt);  // right after the replay, nothing skipped
+    carried += s.payload();
+    o.receive(s);
+  }
+  EXPECT_EQ(carried, second + third);
+  EXPECT_TRUE(on_port(out, 0).empty());  // the owner's CONNECTED is not the client's
+}
+
+// Past the per-flow limit a segment is not held: the client's retransmission brings it.
+TEST_F(Splicer, ClientBytesPastTheParkingLimitWaitForTheRetransmission) {
   Endpoint c = make_client();
   handshake(c);
   connect(c);
   bind(c);
-  const uint32_t before = c.snd_nxt;
-  const auto out = b().deliver(c.data(kSendQ1), 0);
-  EXPECT_TRUE(out.empty());
-  c.snd_nxt = before;  // it will send them again
+  std::string held;
+  for (uint32_t i = 0; i <= engine::Lcore::kParkedPerFlowMax; ++i) {
+    const std::string frame =
+        stomp_frame("SEND", {{"destination", "/queue/q1"}}, "n" + std::to_string(i));
+    EXPECT_TRUE(b().deliver(c.data(frame), 0).empty());
+    if (i < engine::Lcore::kParkedPerFlowMax) held += frame;
+  }
+  EXPECT_EQ(b().lcore->counters().binding_parked, engine::Lcore::kParkedPerFlowMax);
+  EXPECT_EQ(b().lcore->counters().binding_park_full, 1u);
+  EXPECT_FALSE(held.empty());
+}
+
+// The lcore-wide limit: with parked_frames_max 0 nothing is held (the earlier behaviour).
+TEST_F(Splicer, NoClientBytesAreHeldWhenTheLcoreLimitIsZero) {
+  engine::LcoreConfig cfg = default_config();
+  cfg.parked_frames_max = 0;
+  b_ = std::make_unique<Bench>(cfg);
+  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const Sent syn = bind(c);
+  EXPECT_TRUE(b().deliver(c.data(kSendQ1), 0).empty());
+  EXPECT_EQ(b().lcore->counters().binding_parked, 0u);
+  EXPECT_EQ(b().lcore->counters().binding_park_full, 1u);
+  Endpoint o = make_owner(syn);
+  for (const Sent& s : accept(o))
+    o.receive(s);
+  for (const Sent& s : on_port(b().deliver(o.data(kOwnerConnected), 1), 1))
+    EXPECT_EQ(s.p.payload_bytes, 0u);
+}
+
+// A flow that ends while binding gives its held segments back to the pool (TearDown checks).
+TEST_F(Splicer, HeldClientBytesAreFreedWhenTheBindingFails) {
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  bind(c);
+  EXPECT_TRUE(b().deliver(c.data(kSendQ1), 0).empty());
+  EXPECT_EQ(b().lcore->counters().binding_parked, 1u);
+  // A RST at what the gateway acknowledged (before the held SEND) resets the flow.
+  const auto reset = b().deliver(c.segment(net::kRst, {}, c.snd_nxt - uint32_t(kSendQ1.size())), 0);
+  EXPECT_TRUE(only(reset).has(net::kRst));  // to the owner's SYN
+  EXPECT_EQ(b().lcore->flows(), 0u);
+  EXPECT_EQ(b().pool.outstanding(), 0u);
 }
 
 TEST_F(Splicer, OwnerErrorIsForwardedAndBothSidesClose) {
@@ -933,10 +1006,15 @@ TEST_F(SplicerStates, ClientRstDuringReplayResetsTheOwner) {
 
 TEST_F(SplicerStates, ClientFinWhileBindingWaitsForTheSplice) {
   Endpoint c = make_client();
-  to_replay(c);
-  // Not acknowledged (the client sends it again after the splice), nothing sent.
+  Endpoint o = to_replay(c);
+  // Held, nothing sent; it reaches the owner when the flow splices.
   EXPECT_TRUE(b().deliver(c.segment(net::kAck | net::kFin), 0).empty());
   EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kReplay);
+  const auto out = b().deliver(o.data(kOwnerConnected), 1);
+  bool fin = false;
+  for (const Sent& s : on_port(out, 1))
+    fin = fin || s.has(net::kFin);
+  EXPECT_TRUE(fin);
 }
 
 TEST_F(SplicerStates, OwnerRstDuringReplayGetsTheClientAnError) {

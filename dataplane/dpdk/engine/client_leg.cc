@@ -173,14 +173,15 @@ void Lcore::client_prelude(Flow& fl, Frame* f, net::Packet& p) {
   client_ack(fl, p);
   const bool fin = p.flags & net::kFin;
   if (fl.state != FlowState::kPrelude) {
-    // Binding. If this segment's ACK completes it, the flow splices and the segment goes on;
-    // otherwise its bytes are not acknowledged: the client sends them again and they reach
-    // the owner through the splice.
+    // Binding. If this segment's ACK completes it, the flow splices and the segment goes on
+    // (after the ones parked before it); otherwise a segment with bytes or a FIN waits in the
+    // slot for the splice. What cannot wait is not acknowledged: the client sends it again.
     maybe_splice(fl);
     if (fl.state == FlowState::kSpliced) {
       from_client(fl, f, p);
       return;
     }
+    if ((p.payload_bytes != 0 || fin) && park(fl, f)) return;
     drop(f);
     return;
   }

@@ -51,6 +51,9 @@ struct LcoreConfig {
   uint32_t neighbors_max = 256;
   uint32_t owner_greeting_bytes_max = 4096;  // the owner's CONNECTED frame
   uint32_t ack_storm_max = 2000;             // identical pure ACKs per flow per 10 ms window
+  // Client segments held while flows bind (they hold mbufs): over every flow of the lcore, and
+  // per flow (Lcore::kParkedPerFlowMax). 0: none held, the client's retransmission brings them.
+  uint32_t parked_frames_max = 1024;
 
   // TCP of the gateway's own segments (handshake, prelude replies, replay).
   uint16_t mss = 1460;       // announced to clients

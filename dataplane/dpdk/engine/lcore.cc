@@ -98,6 +98,10 @@ Lcore::Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_
 Lcore::~Lcore() {
   for (size_t i = 0; i < tx_count_; ++i)
     pool_.free(tx_[i]);
+  for (const std::unique_ptr<Slot>& s : slots_) {
+    for (uint32_t i = 0; i < s->parked_count; ++i)
+      pool_.free(s->parked[i]);
+  }
 }
 
 // ---- the burst -------------------------------------------------------------------------------
@@ -453,6 +457,7 @@ void Lcore::free_flow(Flow& fl) {
   tuples_.erase(fl.client.rx);
   free_local_port(fl);
   if (fl.slot != kNoSlot) {
+    release_parked(fl, false);
     slots_[fl.slot]->reset();
     free_slots_.push_back(fl.slot);
     --slots_in_use_;

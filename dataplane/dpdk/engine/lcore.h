@@ -65,13 +65,18 @@ struct LcoreCounters {
   uint64_t c2o_bytes = 0;
   uint64_t o2c_packets = 0;
   uint64_t o2c_bytes = 0;
-  uint64_t removed_range = 0;  // segments inside bytes the gateway removed, answered locally
+  uint64_t removed_range = 0;      // segments inside bytes the gateway removed, answered locally
+  uint64_t binding_parked = 0;     // client segments held while binding, sent on at the splice
+  uint64_t binding_park_full = 0;  // not held (flow or lcore limit): the client sends again
   uint64_t ack_storm_drops = 0;
   uint64_t flow_resets = 0;  // RST seen on a spliced flow
 };
 
 class Lcore final : public BurstHandler {
  public:
+  // Client segments one binding flow holds until its splice (LcoreConfig::parked_frames_max
+  // bounds them over the lcore).
+  static constexpr uint32_t kParkedPerFlowMax = 8;
   // `pool` makes the frames the lcore sends itself; `router` answers RESOLVE. Both outlive it.
   Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_t now_ns);
   ~Lcore() override;
@@ -83,6 +88,8 @@ class Lcore final : public BurstHandler {
   const LcoreCounters& counters() const { return counters_; }
   uint32_t flows() const { return flows_in_use_; }
   uint32_t prelude_flows() const { return slots_in_use_; }
+  // Client segments held by binding flows (frames the lcore keeps between bursts).
+  uint32_t parked_frames() const { return parked_; }
   uint32_t neighbors() const { return neighbor_count_; }
   // The state of the flow a client tuple (as the client sends it) belongs to; kFree if none.
   detail::FlowState flow_state(const flow::Tuple& client) const;
@@ -162,6 +169,10 @@ class Lcore final : public BurstHandler {
   void send_replay(Flow& fl, bool retransmit);
   void greeting_bytes(Flow& fl, Frame* f, net::Packet& p);
   void maybe_splice(Flow& fl);
+  // A client segment that arrived while `fl` binds: held in its slot (true) or not (false: the
+  // caller drops it). Released by release_parked: sent on when the flow splices, else dropped.
+  bool park(Flow& fl, Frame* f);
+  void release_parked(Flow& fl, bool send_on);
   void abort_flow(Flow& fl, bool reset_client);
   void release_owner_leg(Flow& fl, bool reset);
   void update_rtx(Flow& fl);
@@ -188,6 +199,7 @@ class Lcore final : public BurstHandler {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<uint32_t> free_slots_;
   uint32_t slots_in_use_ = 0;
+  uint32_t parked_ = 0;  // frames parked over every slot (at most config_.parked_frames_max)
 
   // Owner-leg source ports: one bit per (local ip, port) pair in use.
   std::vector<uint64_t> ports_in_use_;

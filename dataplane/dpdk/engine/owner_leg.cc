@@ -339,6 +339,8 @@ void Lcore::maybe_splice(Flow& fl) {
   // send them again.
   if (fl.snd_una != fl.snd_nxt) return;
   fl.state = FlowState::kSpliced;
+  // The parked segments first: they came before whatever the caller still holds.
+  release_parked(fl, true);
   slots_[fl.slot]->reset();
   free_slots_.push_back(fl.slot);
   --slots_in_use_;
@@ -349,6 +351,36 @@ void Lcore::maybe_splice(Flow& fl) {
   fl.owner_seq_max = fl.o_snd_nxt;
   ++counters_.spliced;
   arm(fl);
+}
+
+bool Lcore::park(Flow& fl, Frame* f) {
+  SLUICE_ASSERT(fl.slot != detail::kNoSlot);
+  Slot& s = *slots_[fl.slot];
+  if (s.parked_count == kParkedPerFlowMax || parked_ >= config_.parked_frames_max) {
+    ++counters_.binding_park_full;
+    return false;
+  }
+  s.parked[s.parked_count++] = f;
+  ++parked_;
+  ++counters_.binding_parked;
+  return true;
+}
+
+void Lcore::release_parked(Flow& fl, bool send_on) {
+  Slot& s = *slots_[fl.slot];
+  const uint32_t n = s.parked_count;
+  s.parked_count = 0;
+  parked_ -= n;
+  for (uint32_t i = 0; i < n; ++i) {
+    Frame* f = s.parked[i];
+    net::Packet p;
+    // Parsed once already; the frame is unchanged since.
+    if (!send_on || parse_frame(f, &p) != net::Reason::kOk) {
+      drop(f);
+      continue;
+    }
+    from_client(fl, f, p);
+  }
 }
 
 }  // namespace sluice::dpdk::engine

@@ -27,6 +27,7 @@ struct Lcore::Slot {
         prelude_headers(c.session.frame_limits.header_count_max),
         greeting_headers(c.session.frame_limits.header_count_max) {}
 
+  // The parked frames must have been released (Lcore::release_parked) before.
   void reset() {
     prelude.reset();
     owner_greeting.reset();
@@ -45,6 +46,10 @@ struct Lcore::Slot {
   std::optional<session::OwnerGreeting> owner_greeting;
   std::array<char, kInjectBytesMax> injected;  // written before read
   uint32_t injected_bytes = 0;
+  // Client segments that arrived while the flow was binding, in arrival order: they go to the
+  // owner once the flow splices, instead of waiting for the client's retransmission.
+  std::array<Frame*, kParkedPerFlowMax> parked{};
+  uint32_t parked_count = 0;
 };
 
 // The TCP checksum of a segment the gateway terminates (handshake, prelude, greeting). Spliced
