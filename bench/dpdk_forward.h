@@ -57,6 +57,8 @@ class ForwardRig {
                                    std::span<const uint8_t>, const ForwardOptions&);
   friend ForwardResult run_ethdev_forward(ForwardRig&, std::span<const uint8_t>,
                                           const ForwardOptions&);
+  friend ForwardResult run_bare_rewrite(ForwardRig&, std::span<const uint8_t>,
+                                        const ForwardOptions&);
   // Copies the template into `count` mbufs and enqueues them behind the rx port (untimed).
   bool fill(std::span<const uint8_t> frame, uint32_t count);
 
@@ -95,6 +97,15 @@ ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,
 // mode does: what the driver and handler cost is the gap between the two.
 ForwardResult run_ethdev_forward(ForwardRig& rig, std::span<const uint8_t> template_frame,
                                  const ForwardOptions& options = {});
+
+// The floor of any packet-level splicer, for reading the splice target: bare ethdev calls as
+// above, and on each frame only what every full-NAT splice must do, with none of the engine's
+// checks (state, options, windows, counters): Ethernet/IPv4/TCP type fields, a flow::TupleMap
+// lookup of the 4-tuple, new MACs, addresses and ports, sequence and acknowledgment numbers
+// moved by fixed deltas, and both checksums updated incrementally (RFC 1624). The template must
+// be an Ethernet/IPv4/TCP frame without IP options; its tuple is the one flow.
+ForwardResult run_bare_rewrite(ForwardRig& rig, std::span<const uint8_t> template_frame,
+                               const ForwardOptions& options = {});
 
 // An Ethernet/IPv4/TCP (ACK|PSH) frame of `frame_bytes` (at least 54: headers without
 // payload), checksums valid.
