@@ -190,8 +190,14 @@ ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,
   return result(c.tx, cycles, c.rx - c.tx);
 }
 
-ForwardResult run_ethdev_forward(ForwardRig& rig, std::span<const uint8_t> template_frame,
-                                 const ForwardOptions& options) {
+namespace {
+
+// Bare rte_eth_rx_burst + rte_eth_tx_burst over batches of copies of the template, with
+// on_burst(mbufs, n, t0) between the two (t0: the batch's start in TSC cycles). Only the loop
+// is timed.
+template <typename OnBurst>
+ForwardResult ethdev_loop(ForwardRig& rig, std::span<const uint8_t> template_frame,
+                          const ForwardOptions& options, OnBurst&& on_burst) {
   const uint16_t rx_port = rig.rx_port();
   const uint16_t tx_port = rig.tx_port();
   const Clock clock;
@@ -209,6 +215,7 @@ ForwardResult run_ethdev_forward(ForwardRig& rig, std::span<const uint8_t> templ
       const uint16_t n = rte_eth_rx_burst(rx_port, 0, mbufs, kBurst);
       if (n == 0) break;
       received += n;
+      on_burst(mbufs, n, t0);
       const uint16_t s = rte_eth_tx_burst(tx_port, 0, mbufs, n);
       sent += s;
       if (s < n) [[unlikely]]
@@ -217,6 +224,13 @@ ForwardResult run_ethdev_forward(ForwardRig& rig, std::span<const uint8_t> templ
     cycles += rte_rdtsc() - t0;
   }
   return result(sent, cycles, received - sent);
+}
+
+}  // namespace
+
+ForwardResult run_ethdev_forward(ForwardRig& rig, std::span<const uint8_t> template_frame,
+                                 const ForwardOptions& options) {
+  return ethdev_loop(rig, template_frame, options, [](rte_mbuf**, uint16_t, uint64_t) {});
 }
 
 namespace {
@@ -258,79 +272,57 @@ ForwardResult run_bare_rewrite(ForwardRig& rig, std::span<const uint8_t> templat
     uint64_t last_seen = 0;
   } legs[1];
 
-  const uint16_t rx_port = rig.rx_port();
-  const uint16_t tx_port = rig.tx_port();
-  const Clock clock;
-  uint64_t cycles = 0;
-  uint64_t received = 0;
-  uint64_t sent = 0;
   uint64_t missed = 0;
-  rte_mbuf* mbufs[kBurst];
-  while (received < options.packets && !clock.expired(options.seconds_max)) {
-    const auto count =
-        static_cast<uint32_t>(std::min<uint64_t>(kBatch, options.packets - received));
-    if (!rig.fill(template_frame, count)) break;
-    const uint64_t target = received + count;
-    const uint64_t t0 = rte_rdtsc();
-    while (received < target) {
-      const uint16_t n = rte_eth_rx_burst(rx_port, 0, mbufs, kBurst);
-      if (n == 0) break;
-      received += n;
-      for (uint16_t i = 0; i < n; ++i)
-        rte_prefetch0(rte_pktmbuf_mtod(mbufs[i], void*));
-      for (uint16_t i = 0; i < n; ++i) {
-        uint8_t* d = rte_pktmbuf_mtod(mbufs[i], uint8_t*);
-        uint8_t* ip = d + kIp;
-        uint8_t* tcp = d + kTcp;
-        if (d[12] != 0x08 || d[13] != 0x00 || ip[0] != 0x45 || ip[9] != 6) {
-          ++missed;
-          continue;
+  ForwardResult r =
+      ethdev_loop(rig, template_frame, options, [&](rte_mbuf** mbufs, uint16_t n, uint64_t t0) {
+        for (uint16_t i = 0; i < n; ++i)
+          rte_prefetch0(rte_pktmbuf_mtod(mbufs[i], void*));
+        for (uint16_t i = 0; i < n; ++i) {
+          uint8_t* d = rte_pktmbuf_mtod(mbufs[i], uint8_t*);
+          uint8_t* ip = d + kIp;
+          uint8_t* tcp = d + kTcp;
+          if (d[12] != 0x08 || d[13] != 0x00 || ip[0] != 0x45 || ip[9] != 6) {
+            ++missed;
+            continue;
+          }
+          const dpdk::flow::Tuple tuple{be32(ip + 12), be32(ip + 16), be16(tcp), be16(tcp + 2)};
+          const uint32_t id = map.find(tuple, map.hash(tuple));
+          if (id == dpdk::flow::TupleMap::kNone) {
+            ++missed;
+            continue;
+          }
+          Leg& leg = legs[id];
+          leg.last_seen = t0;
+          std::memcpy(d, leg.macs, 12);
+          uint32_t addr[2], ports, seq, ack;
+          uint16_t ip_check, tcp_check;
+          std::memcpy(addr, ip + 12, 8);
+          std::memcpy(&ip_check, ip + 10, 2);
+          std::memcpy(&ports, tcp, 4);
+          std::memcpy(&seq, tcp + 4, 4);
+          std::memcpy(&ack, tcp + 8, 4);
+          std::memcpy(&tcp_check, tcp + 16, 2);
+          const uint32_t new_seq = rte_cpu_to_be_32(rte_be_to_cpu_32(seq) + leg.seq_delta);
+          const uint32_t new_ack = rte_cpu_to_be_32(rte_be_to_cpu_32(ack) - leg.ack_delta);
+          // ~HC + ~m + m' over every changed word, folded once per header.
+          const uint64_t addr_delta =
+              words(~addr[0]) + words(~addr[1]) + words(leg.src_ip) + words(leg.dst_ip);
+          const uint64_t ip_sum = uint16_t(~ip_check) + addr_delta;
+          const uint64_t tcp_sum = uint16_t(~tcp_check) + addr_delta + words(~ports) +
+                                   words(leg.ports) + words(~seq) + words(new_seq) + words(~ack) +
+                                   words(new_ack);
+          const uint16_t new_ip_check = uint16_t(~dpdk::net::checksum_fold(ip_sum));
+          const uint16_t new_tcp_check = uint16_t(~dpdk::net::checksum_fold(tcp_sum));
+          std::memcpy(ip + 10, &new_ip_check, 2);
+          std::memcpy(ip + 12, &leg.src_ip, 4);
+          std::memcpy(ip + 16, &leg.dst_ip, 4);
+          std::memcpy(tcp, &leg.ports, 4);
+          std::memcpy(tcp + 4, &new_seq, 4);
+          std::memcpy(tcp + 8, &new_ack, 4);
+          std::memcpy(tcp + 16, &new_tcp_check, 2);
         }
-        const dpdk::flow::Tuple tuple{be32(ip + 12), be32(ip + 16), be16(tcp), be16(tcp + 2)};
-        const uint32_t id = map.find(tuple, map.hash(tuple));
-        if (id == dpdk::flow::TupleMap::kNone) {
-          ++missed;
-          continue;
-        }
-        Leg& leg = legs[id];
-        leg.last_seen = t0;
-        std::memcpy(d, leg.macs, 12);
-        uint32_t addr[2], ports, seq, ack;
-        uint16_t ip_check, tcp_check;
-        std::memcpy(addr, ip + 12, 8);
-        std::memcpy(&ip_check, ip + 10, 2);
-        std::memcpy(&ports, tcp, 4);
-        std::memcpy(&seq, tcp + 4, 4);
-        std::memcpy(&ack, tcp + 8, 4);
-        std::memcpy(&tcp_check, tcp + 16, 2);
-        const uint32_t new_seq = rte_cpu_to_be_32(rte_be_to_cpu_32(seq) + leg.seq_delta);
-        const uint32_t new_ack = rte_cpu_to_be_32(rte_be_to_cpu_32(ack) - leg.ack_delta);
-        // ~HC + ~m + m' over every changed word, folded once per header.
-        const uint64_t addr_delta =
-            words(~addr[0]) + words(~addr[1]) + words(leg.src_ip) + words(leg.dst_ip);
-        const uint64_t ip_sum = uint16_t(~ip_check) + addr_delta;
-        const uint64_t tcp_sum = uint16_t(~tcp_check) + addr_delta + words(~ports) +
-                                 words(leg.ports) + words(~seq) + words(new_seq) + words(~ack) +
-                                 words(new_ack);
-        const uint16_t new_ip_check = uint16_t(~dpdk::net::checksum_fold(ip_sum));
-        const uint16_t new_tcp_check = uint16_t(~dpdk::net::checksum_fold(tcp_sum));
-        std::memcpy(ip + 10, &new_ip_check, 2);
-        std::memcpy(ip + 12, &leg.src_ip, 4);
-        std::memcpy(ip + 16, &leg.dst_ip, 4);
-        std::memcpy(tcp, &leg.ports, 4);
-        std::memcpy(tcp + 4, &new_seq, 4);
-        std::memcpy(tcp + 8, &new_ack, 4);
-        std::memcpy(tcp + 16, &new_tcp_check, 2);
-      }
-      const uint16_t s = rte_eth_tx_burst(tx_port, 0, mbufs, n);
-      sent += s;
-      if (s < n) [[unlikely]]
-        rte_pktmbuf_free_bulk(mbufs + s, n - s);
-    }
-    cycles += rte_rdtsc() - t0;
-  }
-  ForwardResult r = result(sent, cycles, received - sent);
-  if (missed != 0) r.dropped += missed;  // a frame the floor did not rewrite fails the run
+      });
+  r.dropped += missed;  // a frame the floor did not rewrite fails the run
   return r;
 }
 

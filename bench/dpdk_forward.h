@@ -50,17 +50,13 @@ class ForwardRig {
   uint16_t rx_port() const;
   uint16_t tx_port() const;
   dpdk::engine::FramePool& pool();
+  // Copies the template into `count` mbufs and enqueues them behind the rx port (untimed).
+  bool fill(std::span<const uint8_t> frame, uint32_t count);
 
  private:
   ForwardRig() = default;
   friend ForwardResult run_forward(ForwardRig&, dpdk::engine::BurstHandler&,
                                    std::span<const uint8_t>, const ForwardOptions&);
-  friend ForwardResult run_ethdev_forward(ForwardRig&, std::span<const uint8_t>,
-                                          const ForwardOptions&);
-  friend ForwardResult run_bare_rewrite(ForwardRig&, std::span<const uint8_t>,
-                                        const ForwardOptions&);
-  // Copies the template into `count` mbufs and enqueues them behind the rx port (untimed).
-  bool fill(std::span<const uint8_t> frame, uint32_t count);
 
   rte_ring* ring_ = nullptr;
   std::string ring_device_;
