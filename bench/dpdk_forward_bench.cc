@@ -132,7 +132,7 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options) {
     bench::IoForward io(rig.tx_port(), rig.pool());
     const bench::ForwardResult ref = bench::run_forward(rig, io, frame, options);
     print("LcoreLoop + IoForward", ref);
-    // What no splicer can beat on this machine: the rewrite alone, on the mbufs, no checks.
+    // The rewrite alone, on the mbufs, with none of the engine's checks: a splice's floor here.
     const bench::ForwardResult floor = bench::run_bare_rewrite(rig, frame, options);
     print("ethdev + bare rewrite", floor);
     if (raw.mpps > 0) {
