@@ -134,8 +134,8 @@ class DpdkSluiced(Sluiced):
         with netns(self.topo.c):
             return socket.create_connection((VIP, PORT), timeout=1)
 
-    def start(self):
-        super().start()
+    def _until_ready(self):
+        super()._until_ready()
         # The first probes ran before the TAP had its routes: wait for them to succeed.
         try:
             wait_until("every node up", 15,

@@ -203,7 +203,15 @@ class Sluiced:
     def start(self):
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(self.command(), stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            return self._until_ready()
+        except BaseException:
+            # Not ready: the caller never gets this object to stop, so end the process here
+            # (by PID: the one we started) rather than leave it running.
+            self.kill9()
+            raise
 
+    def _until_ready(self):
         def answering():
             check(self.proc.poll() is None,
                   f"sluiced exited {self.proc.returncode}:\n{self.log_tail()}")
@@ -249,7 +257,8 @@ class Sluiced:
 
     def kill9(self):
         proc, self.proc = self.proc, None
-        proc.kill()  # SIGKILL, by PID: the process we started
+        if proc.poll() is None:
+            proc.kill()  # SIGKILL, by PID: the process we started
         proc.wait(timeout=10)
         self.log.close()
 
