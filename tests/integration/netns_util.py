@@ -6,15 +6,15 @@ Everything made here carries a short random suffix, is torn down by Topology.del
 exit and on SIGTERM/SIGINT), and every command is bounded in time.
 """
 
-import atexit
 import contextlib
 import ctypes
 import os
 import secrets
-import signal
 import subprocess
 import threading
 import time
+
+from exit_cleanup import run_at_exit
 
 IP = "/usr/sbin/ip"
 ETHTOOL = "/usr/sbin/ethtool"
@@ -197,21 +197,4 @@ def _install_cleanup(topology):
         for t in _topologies:
             t.delete()
 
-    atexit.register(cleanup)
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def on_signal(signum, frame):
-        cleanup()
-        previous = previous_handlers.get(signum)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous != signal.SIG_IGN:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-
-    previous_handlers = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        previous_handlers[sig] = signal.getsignal(sig)
-        if previous_handlers[sig] != signal.SIG_IGN:
-            signal.signal(sig, on_signal)
+    run_at_exit(cleanup)

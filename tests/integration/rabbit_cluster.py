@@ -29,7 +29,6 @@ How it runs the brokers, and why:
 """
 
 import argparse
-import atexit
 import base64
 import concurrent.futures
 import contextlib
@@ -50,6 +49,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from exit_cleanup import run_at_exit
 
 RABBITMQ_BIN_DIR = "/usr/lib/rabbitmq/bin"
 RABBITMQ_SERVER = os.path.join(RABBITMQ_BIN_DIR, "rabbitmq-server")
@@ -1115,24 +1116,7 @@ def _install_cleanup(cluster, base_dir):
         else:
             shutil.rmtree(base_dir, ignore_errors=True)
 
-    atexit.register(cleanup)
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers can only be set from the main thread; atexit still applies
-
-    def on_signal(signum, frame):
-        cleanup()
-        previous = previous_handlers.get(signum)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous != signal.SIG_IGN:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-
-    previous_handlers = {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        previous_handlers[sig] = signal.getsignal(sig)
-        if previous_handlers[sig] != signal.SIG_IGN:  # e.g. SIGINT in a background job
-            signal.signal(sig, on_signal)
+    run_at_exit(cleanup)
 
 
 # ---------------------------------------------------------------------------------------------
