@@ -106,12 +106,12 @@ Bytes arp_request(bool vlan) {
   return f;
 }
 
-Bytes icmp_echo_request() {
+Bytes icmp_echo_request(const Bytes& data = {'p', 'i', 'n', 'g', '!'}, uint16_t id = 0x1234,
+                        uint16_t seq = 1) {
   Bytes f;
   f.insert(f.end(), kGatewayMac.bytes.begin(), kGatewayMac.bytes.end());
   f.insert(f.end(), kClientMac.bytes.begin(), kClientMac.bytes.end());
   f.insert(f.end(), {0x08, 0x00});
-  const Bytes data = {'p', 'i', 'n', 'g', '!'};
   const uint16_t total = uint16_t(20 + 8 + data.size());
   f.insert(
       f.end(),
@@ -119,7 +119,7 @@ Bytes icmp_echo_request() {
        0,    1});
   fix_ip_checksum(f);
   const size_t l4 = f.size();
-  f.insert(f.end(), {8, 0, 0, 0, 0x12, 0x34, 0, 1});
+  f.insert(f.end(), {8, 0, 0, 0, uint8_t(id >> 8), uint8_t(id), uint8_t(seq >> 8), uint8_t(seq)});
   f.insert(f.end(), data.begin(), data.end());
   store16(&f[l4 + 2], net::internet_checksum(std::span<const uint8_t>(&f[l4], f.size() - l4)));
   return f;
@@ -477,6 +477,20 @@ TEST(DpdkNetIcmp, EchoReplyInPlaceHasValidChecksums) {
   EXPECT_EQ(r.ttl, 63);
   EXPECT_EQ(r.icmp_id, 0x1234);
   EXPECT_EQ(Bytes(f.begin() + r.payload_offset, f.end()), (Bytes{'p', 'i', 'n', 'g', '!'}));
+}
+
+// A request whose reply sums to zero (type 0, identifier, sequence and data all zero, an odd
+// length) needs the checksum 0xffff; an incremental update from the request's would give 0x0000,
+// which receivers reject (found by packet_fuzz).
+TEST(DpdkNetIcmp, EchoReplyOfAnAllZeroMessageHasAValidChecksum) {
+  Bytes f = icmp_echo_request(Bytes(3, 0), 0, 0);
+  net::Packet p;
+  ASSERT_EQ(parse(f, &p), net::Reason::kOk);
+  ASSERT_EQ(p.kind, net::Kind::kIcmpEcho);
+  ASSERT_TRUE(net::icmp_echo_reply_in_place(f, p));
+  EXPECT_EQ(load16(&f[p.l4_offset + 2]), 0xffff);
+  net::Packet r;
+  EXPECT_EQ(parse(f, &r), net::Reason::kOk);
 }
 
 // Random segments (random options, some at odd offsets, random payload, VLAN or not) with

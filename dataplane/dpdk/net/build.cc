@@ -68,9 +68,12 @@ bool icmp_echo_reply_in_place(std::span<uint8_t> frame, Packet& p, uint8_t ttl) 
   store16(ip + 10, checksum_update16(load16(ip + 10), old_ttl_word, load16(ip + 8)));
   p.ttl = ttl;
   uint8_t* icmp = f + p.l4_offset;
-  const uint16_t old_type_word = load16(icmp);
   icmp[0] = 0;
-  store16(icmp + 2, checksum_update16(load16(icmp + 2), old_type_word, load16(icmp)));
+  // Summed again rather than updated (RFC 1624): a message that sums to zero once its type is
+  // 0 (identifier, sequence and data all zero) needs 0xffff, where the update gives 0x0000,
+  // which receivers reject. Echoes are not on a fast path.
+  store16(icmp + 2, 0);
+  store16(icmp + 2, internet_checksum(std::span<const uint8_t>(icmp, p.frame_end - p.l4_offset)));
   p.icmp_type = 0;
   p.kind = Kind::kIcmpOther;
   return true;
