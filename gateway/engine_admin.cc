@@ -91,6 +91,9 @@ std::string EngineAdmin::metrics_text() {
              "SENDs of spill sessions handed to the spill log.", &C::appends);
   per_worker("sluice_spill_session_appends_busy_total", "counter",
              "Appends held back because the spill log's ring was full.", &C::appends_busy);
+  per_worker("sluice_header_tables", "gauge",
+             "Header tables the prelude slots hold (made on a slot's first use, then reused).",
+             &C::header_tables);
 
   // A counter summed over the workers.
   auto total = [&](auto&& pick) {

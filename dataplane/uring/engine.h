@@ -169,6 +169,9 @@ struct WorkerCounters {
   std::atomic<uint64_t> splicing{0};
   std::atomic<uint64_t> spilling{0};
   std::atomic<uint64_t> closed{0};
+  // Header tables made for the prelude and greeting parsers: one each per prelude slot the
+  // first time the slot is used, kept with it (so not one per session).
+  std::atomic<uint64_t> header_tables{0};
 };
 
 namespace detail {

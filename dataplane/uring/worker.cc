@@ -389,7 +389,13 @@ void Worker::on_accept(int fd) {
   s.out_slot = outs_.take();
   SLUICE_ASSERT(s.prelude_slot != kNone && s.out_slot != kNone);
   PreludeSlot& ps = preludes_.object(s.prelude_slot);
-  ps.prelude.emplace(config_, std::span<char>(ps.buf, config_.prelude_bytes_max), s.started);
+  if (!ps.prelude_headers) {
+    ps.prelude_headers =
+        std::make_unique<session::HeaderTable>(config_.frame_limits.header_count_max);
+    bump(counters_.header_tables);
+  }
+  ps.prelude.emplace(config_, std::span<char>(ps.buf, config_.prelude_bytes_max), s.started,
+                     *ps.prelude_headers);
   ps.carry_len = 0;
   ps.greet_len = 0;
   int one = 1;

@@ -112,6 +112,11 @@ struct Session {
 };
 
 struct PreludeSlot {
+  // Lent to the prelude's and the greeting's parsers (declared first: they outlive them): made
+  // the first time the slot is used and kept with it, so that a session allocates no header
+  // table (hot slots are reused first).
+  std::unique_ptr<session::HeaderTable> prelude_headers;
+  std::unique_ptr<session::HeaderTable> greeting_headers;
   std::optional<session::Prelude> prelude;
   std::optional<session::OwnerGreeting> greeting;
   char* buf = nullptr;    // prelude_bytes_max

@@ -198,7 +198,12 @@ void Worker::send_replay(uint32_t slot) {
   }
   if (ps.iov_count == 0) {
     s.state = State::kGreeting;
-    ps.greeting.emplace(config_.frame_limits, ps.prelude->version());
+    if (!ps.greeting_headers) {
+      ps.greeting_headers =
+          std::make_unique<session::HeaderTable>(config_.frame_limits.header_count_max);
+      bump(counters_.header_tables);
+    }
+    ps.greeting.emplace(config_.frame_limits, ps.prelude->version(), *ps.greeting_headers);
     arm_recv_owner(slot);
     return;
   }

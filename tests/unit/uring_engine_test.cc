@@ -653,6 +653,31 @@ TEST_P(UringEngineTest, SpliceReplaysConnectStripsOwnerConnectedAndRelaysReceipt
   EXPECT_TRUE(sink_.records().empty());
 }
 
+TEST_P(UringEngineTest, SessionsOneAfterAnotherReuseTheSlotsHeaderTables) {
+  // Each session parses its prelude and the owner's greeting with a header table; the slot keeps
+  // both, so sessions after the first make none (no allocation per session).
+  constexpr uint64_t kSessions = 5;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  for (uint64_t i = 1; i <= kSessions; ++i) {
+    Conn c;
+    ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+    ASSERT_TRUE(c.send_all(kSend));
+    std::optional<Conn> o = owner_.accept();
+    ASSERT_TRUE(o) << "session " << i << ": the gateway did not connect to the owner";
+    ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size())) << o->buffer();
+    ASSERT_TRUE(o->send_all(kOwnerConnected + kReceipt));
+    std::optional<std::string> receipt = c.read_frame();
+    ASSERT_TRUE(receipt) << "session " << i << ": client got: " << c.buffer();
+    EXPECT_EQ(*receipt, kReceipt);
+    c.close();
+    o->close();
+    ASSERT_TRUE(wait_until(kWait, [&] { return active() == 0; })) << "session " << i;
+    EXPECT_EQ(counters().spliced.load(), i);
+    EXPECT_EQ(counters().header_tables.load(), 2u) << "session " << i;
+  }
+}
+
 TEST_P(UringEngineTest, SpliceRelaysEightMebibytesExactlyBothWays) {
   Conn c;
   Conn o;
