@@ -1,0 +1,186 @@
+// A worker's set-up and tear-down: limits shared out, the ring (created disabled, enabled by the
+// worker's thread), provided receive buffers, session memory sized at start, the listener; the
+// thread started and stopped.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "dataplane/uring/worker.h"
+
+namespace sluice::uring::detail {
+namespace {
+
+uint32_t share(uint32_t total, uint32_t workers) {
+  return (total + workers - 1) / workers;
+}
+
+}  // namespace
+
+Worker::Worker(uint32_t index, const EngineOptions& options, const session::SessionConfig& config,
+               WorkerParts parts, LogFn log, std::shared_ptr<std::atomic<uint32_t>> global_sessions)
+    : index_(index),
+      options_(options),
+      config_(config),
+      parts_(parts),
+      log_(std::move(log)),
+      global_sessions_(std::move(global_sessions)) {}
+
+Worker::~Worker() {
+  if (thread_.joinable()) {
+    request_stop(0);
+    thread_.join();
+  }
+  for (Session& s : sessions_) {
+    if (s.cfd >= 0) close(s.cfd);
+    if (s.ofd >= 0) close(s.ofd);
+    for (Dir& d : s.dir) {
+      if (d.pipe_r >= 0) close(d.pipe_r);
+      if (d.pipe_w >= 0) close(d.pipe_w);
+    }
+  }
+  if (ring_ok_) {
+    if (buf_ring_ != nullptr) io_uring_unregister_buf_ring(&ring_, 0);
+    io_uring_queue_exit(&ring_);
+  }
+  if (buf_ring_ != nullptr) munmap(buf_ring_, buf_ring_bytes_);
+  if (listen_fd_ >= 0) close(listen_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+  for (auto [r, w] : pipe_pool_) {
+    close(r);
+    close(w);
+  }
+}
+
+std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
+  const uint32_t workers = options_.workers;
+  const uint32_t sessions = options_.sessions_max;  // any worker may hold them all
+  per_source_max_ = share(options_.sessions_per_source_max, workers);
+  prelude_max_ = std::min(share(options_.prelude_sessions_max, workers), sessions);
+  spill_max_ = std::min(share(options_.spill_sessions_max, workers), sessions);
+
+  io_uring_params p{};
+  // Created disabled: the worker's thread enables it and so becomes its single issuer.
+  p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL |
+            IORING_SETUP_R_DISABLED;
+  p.cq_entries = options_.ring_entries * 4;
+  p.flags |= IORING_SETUP_CQSIZE;
+  if (options_.sqpoll) {
+    // SQPOLL and DEFER_TASKRUN do not combine: the poller thread submits.
+    p.flags &= ~IORING_SETUP_DEFER_TASKRUN;
+    p.flags |= IORING_SETUP_SQPOLL;
+    p.sq_thread_idle = 1000;
+  }
+  int r = io_uring_queue_init_params(options_.ring_entries, &ring_, &p);
+  if (r < 0) return std::string("io_uring_queue_init: ") + std::strerror(-r);
+  ring_ok_ = true;
+
+  // Provided buffers for the receives of prelude and spill sessions.
+  recv_mask_ = io_uring_buf_ring_mask(options_.recv_buffers);
+  buf_ring_bytes_ = sizeof(io_uring_buf) * options_.recv_buffers;
+  void* mem =
+      mmap(nullptr, buf_ring_bytes_, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+  if (mem == MAP_FAILED) return std::string("mmap of the buffer ring failed");
+  buf_ring_ = static_cast<io_uring_buf_ring*>(mem);
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uint64_t>(buf_ring_);
+  reg.ring_entries = options_.recv_buffers;
+  reg.bgid = 0;
+  r = io_uring_register_buf_ring(&ring_, &reg, 0);
+  if (r < 0) {
+    munmap(buf_ring_, buf_ring_bytes_);
+    buf_ring_ = nullptr;
+    return std::string("io_uring_register_buf_ring: ") + std::strerror(-r);
+  }
+  io_uring_buf_ring_init(buf_ring_);
+  if (!recv_bufs_.map(size_t(options_.recv_buffers) * options_.recv_buffer_bytes)) {
+    return std::string("cannot reserve the receive buffers");
+  }
+  for (uint32_t i = 0; i < options_.recv_buffers; ++i) {
+    io_uring_buf_ring_add(buf_ring_, recv_bufs_.at(size_t(i) * options_.recv_buffer_bytes),
+                          options_.recv_buffer_bytes, uint16_t(i), recv_mask_, int(i));
+  }
+  io_uring_buf_ring_advance(buf_ring_, int(options_.recv_buffers));
+
+  sessions_.resize(sessions);
+  free_sessions_.reserve(sessions);
+  for (uint32_t i = sessions; i > 0; --i)
+    free_sessions_.push_back(i - 1);
+  sources_.init(sessions);
+  const size_t prelude_bytes = size_t(config_.prelude_bytes_max) + options_.recv_buffer_bytes +
+                               options_.greeting_bytes_max + 3 * 4096;
+  if (!preludes_.init(prelude_max_, prelude_bytes)) return std::string("cannot reserve preludes");
+  for (uint32_t i = 0; i < prelude_max_; ++i) {
+    PreludeSlot& ps = preludes_.object(i);
+    ps.buf = preludes_.bytes(i);
+    ps.carry = ps.buf + page_round(config_.prelude_bytes_max);
+    ps.greet = ps.carry + page_round(options_.recv_buffer_bytes);
+  }
+  if (!outs_.init(prelude_max_ + spill_max_, kOutBytes)) return std::string("cannot reserve outs");
+  const size_t spill_buf =
+      session::spill_buffer_bytes(config_, options_.spill_limits.txn_bytes_max);
+  if (spill_max_ > 0) {
+    if (!spills_.init(spill_max_, page_round(spill_buf) + options_.recv_buffer_bytes)) {
+      return std::string("cannot reserve spill sessions");
+    }
+    for (uint32_t i = 0; i < spill_max_; ++i) {
+      SpillSlot& ss = spills_.object(i);
+      ss.buf = spills_.bytes(i);
+      ss.in = ss.buf + page_round(spill_buf);
+    }
+  }
+  appends_.resize(kAppendsInFlightMax);
+  pipe_pool_.reserve(kPipePoolMax);
+  done_.resize(256);
+  header_scratch_bytes_ = config_.frame_limits.frame_bytes_max * 2 + 64;
+  header_scratch_ = std::make_unique<char[]>(header_scratch_bytes_);
+  connect_timeout_.tv_sec = options_.connect_timeout_ms / 1000;
+  connect_timeout_.tv_nsec = long(options_.connect_timeout_ms % 1000) * 1'000'000;
+
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return std::string("eventfd: ") + std::strerror(errno);
+
+  listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) return std::string("socket: ") + std::strerror(errno);
+  int one = 1;
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (options_.listen_freebind) setsockopt(listen_fd_, IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (inet_pton(AF_INET, options_.listen_host.c_str(), &a.sin_addr) != 1) {
+    return "listen.host: not an IPv4 address: " + options_.listen_host;
+  }
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    return "listen: cannot bind " + options_.listen_host + ":" + std::to_string(port) + ": " +
+           std::strerror(errno);
+  }
+  if (listen(listen_fd_, 4096) != 0) return std::string("listen: ") + std::strerror(errno);
+  socklen_t len = sizeof a;
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+  *bound = ntohs(a.sin_port);
+  return std::nullopt;
+}
+
+void Worker::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void Worker::request_stop(uint32_t grace_ms) {
+  stop_grace_ms_.store(grace_ms, std::memory_order_relaxed);
+  stop_requested_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
+}
+
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace sluice::uring::detail
