@@ -37,7 +37,7 @@ constexpr uint32_t kMbufCache = 256;
 class DpdkRouter final : public engine::Router {
  public:
   DpdkRouter(control::Control::Worker worker, NodeDirectory& directory)
-      : replica_(std::move(worker), directory) {}
+      : replica_(std::move(worker), directory, "dpdk0") {}
   engine::Target route(const session::QueueKey& key, uint64_t session_hash) override {
     const uring::RouteDecision d = replica_.route(key, session_hash);
     switch (d.kind) {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "control/log.h"
 #include "control/replica_worker.h"
 
 namespace sluice::gateway {
@@ -46,8 +47,9 @@ void NodeDirectory::copy(std::vector<sockaddr_in>* addrs, std::vector<std::strin
   *version = version_.load(std::memory_order_relaxed);
 }
 
-ReplicaRouter::ReplicaRouter(control::Control::Worker worker, NodeDirectory& nodes)
-    : worker_(std::move(worker)), directory_(nodes) {
+ReplicaRouter::ReplicaRouter(control::Control::Worker worker, NodeDirectory& nodes,
+                             std::string label)
+    : worker_(std::move(worker)), directory_(nodes), label_(std::move(label)) {
   order_.resize(control::kNodesMax);
   unsent_.reserve(kBacklogMax);
   refresh_nodes();
@@ -93,6 +95,36 @@ uring::RouteDecision ReplicaRouter::direct(control::NodeIndex n) {
 }
 
 uring::RouteDecision ReplicaRouter::route(const session::QueueKey& key, uint64_t session_hash) {
+  const uring::RouteDecision d = decide(key, session_hash);
+  if (control::log_enabled(control::LogLevel::kDebug)) log_routed(key, d);
+  return d;
+}
+
+// One line per routing decision at debug level, with what the replica held for the key: which
+// engine thread sent a session where, and why (the drain barrier is the backlog flag).
+void ReplicaRouter::log_routed(const session::QueueKey& key, const uring::RouteDecision& d) const {
+  const control::Replica& r = *worker_.replica;
+  const control::Route route =
+      key.default_route ? control::Route{} : r.lookup(key.vhost, key.queue);
+  const char* kind = d.kind == uring::RouteDecision::Kind::kDirect  ? "direct"
+                     : d.kind == uring::RouteDecision::Kind::kSpill ? "spill"
+                                                                    : "refuse";
+  const std::string_view node =
+      d.kind == uring::RouteDecision::Kind::kDirect ? node_name(d.node) : std::string_view("-");
+  const std::string_view owner =
+      route.known && route.owner < names_.size() ? std::string_view(names_[route.owner]) : "-";
+  control::log_event(control::LogLevel::kDebug, "session_routed",
+                     {{"router", label_},
+                      {"vhost", key.vhost},
+                      {"queue", key.queue},
+                      {"default_route", key.default_route ? "1" : "0"},
+                      {"route", kind},
+                      {"node", node},
+                      {"owner", owner},
+                      {"backlog", route.backlog ? "1" : "0"}});
+}
+
+uring::RouteDecision ReplicaRouter::decide(const session::QueueKey& key, uint64_t session_hash) {
   control::Replica& r = *worker_.replica;
   uring::RouteDecision refuse;
   refuse.kind = uring::RouteDecision::Kind::kRefuse;

@@ -35,7 +35,8 @@ class NodeDirectory {
 
 class ReplicaRouter : public uring::Router {
  public:
-  ReplicaRouter(control::Control::Worker worker, NodeDirectory& nodes);
+  // `label` names the engine thread in the debug log's session_routed lines (e.g. "uring0").
+  ReplicaRouter(control::Control::Worker worker, NodeDirectory& nodes, std::string label);
   void poll() override;
   uring::RouteDecision route(const session::QueueKey& key, uint64_t session_hash) override;
   bool owner_up(const session::QueueKey& key) override;
@@ -43,6 +44,8 @@ class ReplicaRouter : public uring::Router {
   std::string_view node_name(uint32_t node) const override;
 
  private:
+  uring::RouteDecision decide(const session::QueueKey& key, uint64_t session_hash);
+  void log_routed(const session::QueueKey& key, const uring::RouteDecision& d) const;
   bool usable(control::NodeIndex n) const;
   void refresh_nodes();
   void report(const control::WorkerToControl& m);
@@ -50,6 +53,7 @@ class ReplicaRouter : public uring::Router {
 
   control::Control::Worker worker_;
   NodeDirectory& directory_;
+  std::string label_;
   std::vector<sockaddr_in> addrs_;
   std::vector<std::string> names_;
   uint64_t nodes_version_ = 0;

@@ -161,8 +161,8 @@ int run(const std::string& path) {
   std::vector<std::unique_ptr<sluice::gateway::SpillAuth>> auths;
   std::vector<sluice::uring::WorkerParts> parts;
   for (uint32_t i = 0; i < config.workers; ++i) {
-    routers.push_back(
-        std::make_unique<sluice::gateway::ReplicaRouter>(control.attach_worker(), directory));
+    routers.push_back(std::make_unique<sluice::gateway::ReplicaRouter>(
+        control.attach_worker(), directory, "uring" + std::to_string(i)));
     sinks.push_back(std::make_unique<sluice::gateway::ProducerSink>(spill->log().producer(i)));
     auths.push_back(
         std::make_unique<sluice::gateway::SpillAuth>(users, config.spill.allow_anonymous));

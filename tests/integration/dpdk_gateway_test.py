@@ -188,9 +188,11 @@ class Run(gateway_test.Run):
     def start_gateway(self, name, nodes, spill, extra=""):
         work = os.path.join(self.work, name)
         os.makedirs(work, exist_ok=True)
+        # Debug level: every routing decision is a line (session_routed: which engine thread,
+        # which route, what its replica held), printed when a case fails.
         text = base_config(name, work, PORT, self.cluster, nodes=nodes, spill=spill,
                            extra=dpdk_section(self.topo) + extra, gateway='engine = "dpdk"',
-                           listen_host=VIP)
+                           listen_host=VIP, log_level="debug")
         # Set before start(): a start that times out still has its log printed and is stopped.
         self.gw = DpdkSluiced(self.sluiced, self.sluicectl, work, text, self.topo)
         return self.gw.start()
@@ -476,8 +478,12 @@ class Run(gateway_test.Run):
                        if line.startswith("sluice_dpdk_") and not line.endswith(" 0")]
         except Failure as e:
             metrics = [f"(sluicectl metrics failed: {e})"]
-        print("sluiced log (tail):\n" + gw.log_tail(30) + "engine metrics (non-zero):\n"
-              + "\n".join(metrics), file=sys.stderr, flush=True)
+        lines = gw.log_text().splitlines(True)
+        routed = [line for line in lines if "event=session_routed" in line]
+        others = [line for line in lines if "level=debug" not in line]
+        print("sluiced log (tail, info and above):\n" + "".join(others[-30:])
+              + "routing decisions (the last 60):\n" + "".join(routed[-60:])
+              + "engine metrics (non-zero):\n" + "\n".join(metrics), file=sys.stderr, flush=True)
 
     def cleanup(self):
         if self.sink:

@@ -122,7 +122,8 @@ def pin_section(queue, node, vhost="/"):
 
 
 def base_config(gw_id, work, listen_port, cluster, *, nodes, limits="", spill="",
-                extra="", health_interval_ms=300, gateway="", listen_host="127.0.0.1"):
+                extra="", health_interval_ms=300, gateway="", listen_host="127.0.0.1",
+                log_level="info"):
     """A config: loopback listener, admin socket and state in work, fast TCP health probes,
     the drainer logging in as the cluster's user. `nodes` is [[nodes]] (and [[pins]]) text;
     `gateway` more [gateway] keys (e.g. engine = "dpdk")."""
@@ -133,7 +134,7 @@ state_dir = "{work}/state"
 {gateway}
 [admin]
 socket = "{work}/admin.sock"
-log_level = "info"
+log_level = "{log_level}"
 [listen]
 address = "{listen_host}:{listen_port}"
 [health]
