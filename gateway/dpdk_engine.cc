@@ -204,8 +204,12 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
   lc.session = c.session;
   if (getrandom(lc.cookie_key.data(), lc.cookie_key.size(), 0) != ssize_t(lc.cookie_key.size()) ||
       getrandom(&lc.flow_hash_key, sizeof lc.flow_hash_key, 0) !=
-          ssize_t(sizeof lc.flow_hash_key)) {
-    *error = "dpdk: cannot read the SYN cookie and flow hash keys from getrandom()";
+          ssize_t(sizeof lc.flow_hash_key) ||
+      getrandom(&lc.local_port_start, sizeof lc.local_port_start, 0) !=
+          ssize_t(sizeof lc.local_port_start)) {
+    *error =
+        "dpdk: cannot read the SYN cookie and flow hash keys (and the first local port) "
+        "from getrandom()";
     return nullptr;
   }
   if (std::string bad = lc.validate(); !bad.empty()) {

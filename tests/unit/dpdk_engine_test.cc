@@ -487,6 +487,25 @@ TEST_F(Splicer, OwnerSynCarriesTheClientsIsnAndOptions) {
   EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
 }
 
+// The search for a free local port starts where the config says (sluiced: at random), modulo
+// the number of (address, port) pairs.
+TEST_F(Splicer, FirstOwnerLegTakesTheLocalPortTheConfigStartsAt) {
+  engine::LcoreConfig cfg = default_config();
+  const uint32_t per_ip = uint32_t(cfg.local_port_max) - cfg.local_port_min + 1;
+  const uint32_t pairs = uint32_t(cfg.local_ips.size()) * per_ip;
+  ASSERT_GT(pairs, 3u);
+  const uint32_t want = pairs - 3;
+  cfg.local_port_start = 5 * pairs + want;  // wraps round
+  b_ = std::make_unique<Bench>(cfg);
+  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  Endpoint c = make_client();
+  handshake(c);
+  connect(c);
+  const Sent syn = bind(c);
+  EXPECT_EQ(syn.p.src_ip, cfg.local_ips[want / per_ip]);
+  EXPECT_EQ(syn.p.src_port, cfg.local_port_min + want % per_ip);
+}
+
 TEST_F(Splicer, ReplayIsTheRewrittenConnectThenTheBufferedBytes) {
   Endpoint c = make_client();
   handshake(c);

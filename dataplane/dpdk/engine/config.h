@@ -35,6 +35,11 @@ struct LcoreConfig {
   std::vector<uint32_t> local_ips;
   uint16_t local_port_min = 20000;
   uint16_t local_port_max = 59999;
+  // Where the search for a free (local address, port) starts, as an index over every pair
+  // (taken modulo their number; it then goes round). sluiced picks it at random, so that a
+  // restarted gateway does not reuse the previous one's first ports, whose connections may
+  // still be in TIME_WAIT at the owners; tests leave it at 0.
+  uint32_t local_port_start = 0;
   std::vector<Route> routes;
   // Where spill sessions are spliced to (the gateway's own spill listener, behind the
   // exception port) and where an owner that refuses or does not answer sends the session.

@@ -93,6 +93,7 @@ Lcore::Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_
   const size_t pairs =
       config_.local_ips.size() * (size_t(config_.local_port_max) - config_.local_port_min + 1);
   ports_in_use_.assign((pairs + 63) / 64, 0);
+  port_cursor_ = uint32_t(config_.local_port_start % pairs);
 }
 
 Lcore::~Lcore() {
