@@ -86,6 +86,7 @@ sluice::uring::EngineOptions engine_options(const GatewayConfig& c) {
     o.listen_host = c.dpdk.spill_listen->host;
     o.listen_port = c.dpdk.spill_listen->port;
     o.listen_freebind = true;
+    o.spill_only = true;
   }
   o.workers = c.workers;
   o.sessions_max = c.sessions_max;

@@ -40,6 +40,10 @@ struct EngineOptions {
   // IP_FREEBIND: bind before the address exists (with the DPDK engine the spill listener's
   // address lives on the TAP interface that engine creates).
   bool listen_freebind = false;
+  // Every session is a spill session, without asking the router: with the DPDK engine this
+  // engine is its spill listener, and the lcore has already decided (the owner is down, the
+  // queue has a backlog, or the owner did not answer); routing again here could disagree.
+  bool spill_only = false;
   uint32_t workers = 1;
   // Limits of the whole engine; each worker takes its share (rounded up) of the per-source and
   // per-state limits, and sessions_max is enforced across workers exactly.

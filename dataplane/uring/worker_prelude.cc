@@ -105,6 +105,10 @@ void Worker::resolve(uint32_t slot) {
   std::memcpy(s.key, key.vhost.data(), s.vhost_len);
   std::memcpy(s.key + s.vhost_len, key.queue.data(), s.queue_len);
 
+  if (options_.spill_only) {
+    start_spill(slot);
+    return;
+  }
   const uint64_t hash = mix((uint64_t(s.src_ip) << 16) ^ s.src_port ^ (s.id << 40));
   const RouteDecision d = parts_.router->route(key, hash);
   switch (d.kind) {

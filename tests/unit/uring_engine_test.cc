@@ -898,6 +898,29 @@ TEST_P(UringEngineTest, OwnerThatNeverAnswersGetsTheClientAnErrorAfterConnectTim
 
 // --- Spill ----------------------------------------------------------------------------------
 
+// The DPDK engine's spill listener: the lcore has decided, so every session spills without
+// being routed again (here the router would have sent it to a live owner).
+TEST_P(UringEngineTest, SpillOnlyListenerSpillsEverySessionWithoutRouting) {
+  options_.spill_only = true;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  ASSERT_EQ(sink_.records().size(), 1u);
+  EXPECT_EQ(sink_.records()[0].queue, "q1");
+  EXPECT_TRUE(router_.routed().empty());
+  EXPECT_EQ(counters().spilled.load(), 1u);
+  EXPECT_EQ(counters().spliced.load(), 0u);
+  EXPECT_FALSE(owner_.accept(100ms)) << "the gateway connected to the owner";
+  // The owner is reported up: the spill session ends as any does, and the client is told why.
+  router_.set_owner_up(true);
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(c, "owner available, reconnect"));
+}
+
 TEST_P(UringEngineTest, ConnectRefusedFallsBackToSpillAndReceiptWaitsForDurability) {
   ClosedPort closed;
   ASSERT_NO_FATAL_FAILURE(start_engine());
