@@ -271,6 +271,7 @@ AdminResponse AdminApi::status(const AdminRequest& r) {
         lcores.push_back(json{{"id", l.id},
                               {"flows", l.flows},
                               {"prelude_flows", l.prelude_flows},
+                              {"lingering_flows", l.lingering_flows},
                               {"spliced", l.spliced},
                               {"rx_frames", l.rx_frames},
                               {"tx_frames", l.tx_frames},

@@ -48,9 +48,10 @@ struct DataplaneStatus {
   };
   struct Lcore {
     uint32_t id = 0;
-    uint64_t flows = 0;          // every state
-    uint64_t prelude_flows = 0;  // prelude and binding
-    uint64_t spliced = 0;        // flows that reached splice mode since start
+    uint64_t flows = 0;            // every state
+    uint64_t prelude_flows = 0;    // prelude and binding
+    uint64_t lingering_flows = 0;  // ended, waiting for stragglers
+    uint64_t spliced = 0;          // flows that reached splice mode since start
     uint64_t rx_frames = 0;
     uint64_t tx_frames = 0;
     uint64_t tx_dropped = 0;  // the ports' tx rings were full

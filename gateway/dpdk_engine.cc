@@ -66,6 +66,7 @@ struct Snapshot {
   port::LoopCounters loop;
   uint32_t flows = 0;
   uint32_t prelude_flows = 0;
+  uint32_t lingering_flows = 0;
 };
 
 // The lcore and what runs beside it on its thread: control's messages and the snapshots.
@@ -91,6 +92,7 @@ class LcoreHandler final : public engine::BurstHandler {
         snapshot_.counters = lcore_.counters();
         snapshot_.flows = lcore_.flows();
         snapshot_.prelude_flows = lcore_.prelude_flows();
+        snapshot_.lingering_flows = lcore_.lingering_flows();
         if (loop_ != nullptr) snapshot_.loop = loop_->counters();
       }
     }
@@ -259,8 +261,8 @@ control::DataplaneStatus DpdkEngine::status() const {
   }
   std::lock_guard lock(i.mutex);
   const Snapshot& n = i.snapshot;
-  s.lcores.push_back({0, n.flows, n.prelude_flows, n.counters.spliced, n.counters.rx_frames,
-                      n.counters.tx_frames, n.loop.tx_dropped});
+  s.lcores.push_back({0, n.flows, n.prelude_flows, n.lingering_flows, n.counters.spliced,
+                      n.counters.rx_frames, n.counters.tx_frames, n.loop.tx_dropped});
   return s;
 }
 
@@ -274,6 +276,9 @@ std::string DpdkEngine::metrics_text() const {
   Families f;
   f.one("sluice_dpdk_flows", "gauge", "Flows on the DPDK engine's lcores, every state.", n.flows);
   f.one("sluice_dpdk_prelude_flows", "gauge", "Flows in the prelude or binding.", n.prelude_flows);
+  f.one("sluice_dpdk_lingering_flows", "gauge",
+        "Flows that ended and wait for stragglers (fin_timeout_ms, reset_linger_ms).",
+        n.lingering_flows);
   f.one("sluice_dpdk_rx_frames_total", "counter", "Frames received.", double(k.rx_frames));
   f.one("sluice_dpdk_tx_frames_total", "counter", "Frames sent.", double(k.tx_frames));
   f.one("sluice_dpdk_tx_dropped_total", "counter", "Frames a port's tx ring refused.",
@@ -318,7 +323,7 @@ control::SessionTotals DpdkAdmin::totals() {
   control::SessionTotals t = uring_.totals();
   const control::DataplaneStatus s = dpdk_.status();
   for (const auto& l : s.lcores) {
-    t.active += l.flows;
+    t.active += l.flows - l.lingering_flows;  // a lingering flow is no longer a session
     t.prelude += l.prelude_flows;
   }
   return t;

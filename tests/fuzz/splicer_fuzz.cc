@@ -62,6 +62,8 @@ struct World {
     check(b.lcore->parked_frames() <= b.config.parked_frames_max, "parked_frames_max exceeded");
     check(b.lcore->flows() <= b.config.flows_max, "flows_max exceeded");
     check(b.lcore->prelude_flows() <= b.config.prelude_flows_max, "prelude_flows_max exceeded");
+    check(b.lcore->lingering_flows() + b.lcore->prelude_flows() <= b.lcore->flows(),
+          "lingering or prelude flows counted beyond the flows");
     for (const Sent& s : out) {
       if (!s.tcp()) continue;
       if (s.port == 0) {
@@ -201,6 +203,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     w.take(w.b.jump_ms(3'600'000));
   check(w.b.lcore->flows() == 0, "a flow outlived every deadline");
   check(w.b.lcore->prelude_flows() == 0, "a prelude slot was not returned");
+  check(w.b.lcore->lingering_flows() == 0, "a lingering flow was not uncounted when freed");
   check(w.b.lcore->parked_frames() == 0, "a held segment outlived its flow");
   return 0;
 }

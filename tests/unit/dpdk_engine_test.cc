@@ -867,11 +867,15 @@ TEST_F(Splicer, FinEachWayLingersThenTheFlowIsFreed) {
   const auto f2 = b().deliver(o.data("", net::kFin), 1);
   EXPECT_TRUE(only(f2).has(net::kFin));
   EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kLinger);
+  EXPECT_EQ(b().lcore->lingering_flows(), 1u);
+  EXPECT_EQ(b().lcore->flows(), 1u);
   c.receive(only(f2));
   // The last ACK still goes through during the linger.
   EXPECT_EQ(b().deliver(c.segment(net::kAck), 0).size(), 1u);
+  EXPECT_EQ(b().lcore->lingering_flows(), 1u);
   b().advance_ms(b().config.fin_timeout_ms + 1);
   EXPECT_EQ(b().lcore->flows(), 0u);
+  EXPECT_EQ(b().lcore->lingering_flows(), 0u);
   // A straggler after that gets a RST from the local address.
   const auto late = b().deliver(o.segment(net::kAck), 1);
   EXPECT_TRUE(only(late).has(net::kRst));
@@ -888,8 +892,14 @@ TEST_F(Splicer, RstFromEitherSideIsForwardedAndTheFlowEnds) {
     EXPECT_TRUE(only(out).has(net::kRst));
     EXPECT_EQ(only(out).port, from_client ? 1 : 0);
     EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kLinger);
+    EXPECT_EQ(b().lcore->lingering_flows(), 1u);
+    // A second RST while it lingers does not count it twice.
+    (void)(from_client ? b().deliver(c.segment(net::kRst | net::kAck), 0)
+                       : b().deliver(o.segment(net::kRst | net::kAck), 1));
+    EXPECT_EQ(b().lcore->lingering_flows(), 1u);
     b().advance_ms(b().config.reset_linger_ms + 1);
     EXPECT_EQ(b().lcore->flows(), 0u);
+    EXPECT_EQ(b().lcore->lingering_flows(), 0u);
   }
 }
 

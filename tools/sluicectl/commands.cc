@@ -216,7 +216,8 @@ int status(const Options& o) {
     for (const Json& l : list_of(dataplane, "lcores")) {
       lines.emplace_back("lcore " + text(l, "id"),
                          std::to_string(count(l, "flows")) + " flows (" +
-                             std::to_string(count(l, "prelude_flows")) + " prelude), " +
+                             std::to_string(count(l, "prelude_flows")) + " prelude, " +
+                             std::to_string(count(l, "lingering_flows")) + " lingering), " +
                              std::to_string(count(l, "spliced")) + " spliced since start, rx " +
                              std::to_string(count(l, "rx_frames")) + ", tx " +
                              std::to_string(count(l, "tx_frames")));

@@ -457,6 +457,7 @@ void Lcore::free_flow(Flow& fl) {
   const uint32_t id = index_of(fl);
   tuples_.erase(fl.client.rx);
   free_local_port(fl);
+  if (fl.state == FlowState::kLinger) --lingering_;
   if (fl.slot != kNoSlot) {
     release_parked(fl, false);
     slots_[fl.slot]->reset();

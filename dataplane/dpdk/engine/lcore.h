@@ -88,6 +88,9 @@ class Lcore final : public BurstHandler {
   const LcoreCounters& counters() const { return counters_; }
   uint32_t flows() const { return flows_in_use_; }
   uint32_t prelude_flows() const { return slots_in_use_; }
+  // Flows that ended (both FINs or a RST) and linger for stragglers until their timer frees
+  // them: counted in flows(), but no longer sessions.
+  uint32_t lingering_flows() const { return lingering_; }
   // Client segments held by binding flows (frames the lcore keeps between bursts).
   uint32_t parked_frames() const { return parked_; }
   uint32_t neighbors() const { return neighbor_count_; }
@@ -181,6 +184,7 @@ class Lcore final : public BurstHandler {
   void from_client(Flow& fl, Frame* f, net::Packet& p);
   void from_owner(Flow& fl, Frame* f, net::Packet& p);
   bool ack_storm(Leg& leg, const net::Packet& p);
+  void linger(Flow& fl);  // enters kLinger (counted in lingering_)
   void after_fin_or_rst(Flow& fl, const net::Packet& p, uint32_t src_seq, bool from_client);
 
   const LcoreConfig config_;
@@ -203,6 +207,7 @@ class Lcore final : public BurstHandler {
 
   // Owner-leg source ports: one bit per (local ip, port) pair in use.
   std::vector<uint64_t> ports_in_use_;
+  uint32_t lingering_ = 0;  // flows in kLinger
   uint32_t port_cursor_ = 0;
 
   struct Neighbor {

@@ -138,10 +138,15 @@ void Lcore::from_owner(Flow& fl, Frame* f, net::Packet& p) {
   if (p.flags & (net::kFin | net::kRst)) after_fin_or_rst(fl, p, src_seq, false);
 }
 
+void Lcore::linger(Flow& fl) {
+  if (fl.state != FlowState::kLinger) ++lingering_;
+  fl.state = FlowState::kLinger;
+}
+
 void Lcore::after_fin_or_rst(Flow& fl, const net::Packet& p, uint32_t src_seq, bool from_client) {
   if (p.flags & net::kRst) {
     ++counters_.flow_resets;
-    fl.state = FlowState::kLinger;
+    linger(fl);
     fl.deadline_ms = now_ms_ + config_.reset_linger_ms;
     arm(fl);
     return;
@@ -152,7 +157,7 @@ void Lcore::after_fin_or_rst(Flow& fl, const net::Packet& p, uint32_t src_seq, b
     leg.fin_seq = src_seq + p.payload_bytes;  // in the sender's own space
   }
   if (fl.client.fin_seen && fl.owner.fin_seen && fl.state == FlowState::kSpliced) {
-    fl.state = FlowState::kLinger;
+    linger(fl);
     fl.deadline_ms = now_ms_ + config_.fin_timeout_ms;
     arm(fl);
   }
