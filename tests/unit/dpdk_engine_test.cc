@@ -78,6 +78,17 @@ class Splicer : public ::testing::Test {
     return s;
   }
 
+  // A new bench with `cfg` (the owner's MAC known) and a client taken to its owner SYN, which
+  // is returned.
+  Sent rebuild_and_bind(const engine::LcoreConfig& cfg, Endpoint* c) {
+    b_ = std::make_unique<Bench>(cfg);
+    b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+    *c = make_client();
+    handshake(*c);
+    connect(*c);
+    return bind(*c);
+  }
+
   // SEND with a destination; returns the SYN to the owner.
   Sent bind(Endpoint& c, const std::string& frame = kSendQ1) {
     const auto out = b().deliver(c.data(frame), 0);
@@ -496,12 +507,8 @@ TEST_F(Splicer, FirstOwnerLegTakesTheLocalPortTheConfigStartsAt) {
   ASSERT_GT(pairs, 3u);
   const uint32_t want = pairs - 3;
   cfg.local_port_start = 5 * pairs + want;  // wraps round
-  b_ = std::make_unique<Bench>(cfg);
-  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
-  Endpoint c = make_client();
-  handshake(c);
-  connect(c);
-  const Sent syn = bind(c);
+  Endpoint c;
+  const Sent syn = rebuild_and_bind(cfg, &c);
   EXPECT_EQ(syn.p.src_ip, cfg.local_ips[want / per_ip]);
   EXPECT_EQ(syn.p.src_port, cfg.local_port_min + want % per_ip);
 }
@@ -681,12 +688,8 @@ TEST_F(Splicer, ClientBytesPastTheParkingLimitWaitForTheRetransmission) {
 TEST_F(Splicer, NoClientBytesAreHeldWhenTheLcoreLimitIsZero) {
   engine::LcoreConfig cfg = default_config();
   cfg.parked_frames_max = 0;
-  b_ = std::make_unique<Bench>(cfg);
-  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
-  Endpoint c = make_client();
-  handshake(c);
-  connect(c);
-  const Sent syn = bind(c);
+  Endpoint c;
+  const Sent syn = rebuild_and_bind(cfg, &c);
   EXPECT_TRUE(b().deliver(c.data(kSendQ1), 0).empty());
   EXPECT_EQ(b().lcore->counters().binding_parked, 0u);
   EXPECT_EQ(b().lcore->counters().binding_park_full, 1u);
