@@ -19,6 +19,7 @@
 #include "dataplane/dpdk/port/eal.h"
 #include "dataplane/dpdk/port/mbuf_pool.h"
 #include "dataplane/dpdk/port/port.h"
+#include "dataplane/session/prelude.h"
 #include "gateway/metrics_families.h"
 
 namespace sluice::gateway {
@@ -307,6 +308,43 @@ std::string DpdkEngine::metrics_text() const {
         "Client segments not held while their flow bound (limit reached): sent again by the "
         "client.",
         double(k.binding_park_full));
+  f.one("sluice_dpdk_flows_created_total", "counter", "Flows opened by a valid cookie.",
+        double(k.flows_created));
+  f.one("sluice_dpdk_flows_expired_total", "counter",
+        "Flows freed by a deadline (idle, connect, prelude, linger).", double(k.flows_expired));
+  f.one("sluice_dpdk_flows_reopened_total", "counter",
+        "Client SYNs on a lingering flow's tuple, taken as a new session.",
+        double(k.flows_reopened));
+  f.one("sluice_dpdk_flow_resets_total", "counter", "RSTs seen on a spliced flow.",
+        double(k.flow_resets));
+  f.one("sluice_dpdk_resets_sent_total", "counter", "RSTs the gateway sent.",
+        double(k.resets_sent));
+  f.one("sluice_dpdk_rx_not_handled_total", "counter",
+        "Valid frames for no flow, address or service of the engine.", double(k.rx_not_handled));
+  f.one("sluice_dpdk_bad_tcp_checksum_total", "counter", "TCP segments with a wrong checksum.",
+        double(k.bad_tcp_checksum));
+  f.one("sluice_dpdk_pool_empty_total", "counter", "Frames the gateway could not make.",
+        double(k.pool_empty));
+  f.one("sluice_dpdk_out_of_order_total", "counter",
+        "Prelude segments past the next expected byte (dropped, acknowledged again).",
+        double(k.out_of_order));
+  f.one("sluice_dpdk_duplicates_total", "counter", "Prelude segments already taken.",
+        double(k.duplicates));
+  f.one("sluice_dpdk_retransmit_giveups_total", "counter",
+        "Flows ended because the gateway's own segments were never acknowledged.",
+        double(k.retransmit_giveups));
+  f.one("sluice_dpdk_owner_errors_total", "counter",
+        "Owners whose first frame was an ERROR or not STOMP.", double(k.owner_errors));
+  f.one("sluice_dpdk_local_ports_exhausted_total", "counter",
+        "Owner legs without a free local address and port.", double(k.local_ports_exhausted));
+  f.family("sluice_dpdk_prelude_ends_total", "counter",
+           "Preludes the gateway ended itself, by reason.");
+  for (size_t r = 0; r < k.prelude_ends.size(); ++r) {
+    f.sample("sluice_dpdk_prelude_ends_total",
+             std::string("reason=\"") +
+                 std::string(session::prelude_end_name(session::PreludeEnd(r))) + "\"",
+             double(k.prelude_ends[r]));
+  }
   f.family("sluice_dpdk_spliced_bytes_total", "counter", "Payload bytes rewritten in splice mode.");
   f.sample("sluice_dpdk_spliced_bytes_total", "direction=\"client_to_owner\"", double(k.c2o_bytes));
   f.sample("sluice_dpdk_spliced_bytes_total", "direction=\"owner_to_client\"", double(k.o2c_bytes));

@@ -485,7 +485,9 @@ class Run(gateway_test.Run):
             self.stop_gateway()
         say("times: " + ", ".join(f"({k}) {v:.1f} s" for k, v in times.items())
             + f", total {time.monotonic() - t:.1f} s")
-        check(not failed, f"cases {', '.join(failed)} failed (see above)")
+        # Each failure again, last: a log cut to its tail still shows what failed.
+        check(not failed, f"cases {', '.join(failed)} failed (details above): " + "; ".join(
+            f"({k}) {v[:1500]}" for k, v in failed.items()))
 
     def print_engine_state(self):
         """sluiced's log tail and the engine's non-zero metrics, for a failed case."""
@@ -497,12 +499,18 @@ class Run(gateway_test.Run):
                        if line.startswith("sluice_dpdk_") and not line.endswith(" 0")]
         except Failure as e:
             metrics = [f"(sluicectl metrics failed: {e})"]
+        try:
+            st = gw.status()
+            status = json.dumps({k: st.get(k) for k in ("sessions", "nodes_up", "dataplane")})
+        except Failure as e:
+            status = f"(sluicectl status failed: {e})"
         lines = gw.log_text().splitlines(True)
         routed = [line for line in lines if "event=session_routed" in line]
         others = [line for line in lines if "level=debug" not in line]
         print("sluiced log (tail, info and above):\n" + "".join(others[-30:])
               + "routing decisions (the last 60):\n" + "".join(routed[-60:])
-              + "engine metrics (non-zero):\n" + "\n".join(metrics), file=sys.stderr, flush=True)
+              + "engine metrics (non-zero):\n" + "\n".join(metrics) + "\nstatus: " + status,
+              file=sys.stderr, flush=True)
 
     def cleanup(self):
         if self.sink:

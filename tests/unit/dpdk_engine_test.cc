@@ -884,6 +884,54 @@ TEST_F(Splicer, FinEachWayLingersThenTheFlowIsFreed) {
   EXPECT_TRUE(only(late).has(net::kRst));
 }
 
+TEST_F(Splicer, ClientSynOnALingeringFlowOpensANewSessionAndIsNotForwarded) {
+  for (bool after_rst : {false, true}) {
+    b_ = std::make_unique<Bench>();
+    b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+    Endpoint c = make_client();
+    Endpoint o = splice(c);
+    if (after_rst) {
+      (void)b().deliver(c.segment(net::kRst | net::kAck), 0);
+    } else {
+      o.receive(only(b().deliver(c.data("", net::kFin), 0)));
+      c.receive(only(b().deliver(o.data("", net::kFin), 1)));
+    }
+    ASSERT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kLinger);
+    // A late copy of the flow's own SYN is a straggler: the flow keeps lingering.
+    (void)b().deliver(c.segment(net::kSyn, {}, c.isn), 0);
+    EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kLinger);
+    EXPECT_EQ(b().lcore->counters().flows_reopened, 0u);
+    // The client's port comes round again while the flow lingers: the SYN gets a cookie from
+    // the gateway (a new session, routed anew); nothing reaches the old owner.
+    Endpoint again = make_client(c.tcp_port, c.isn + 0x01000000);
+    const auto out = b().deliver(again.segment(net::kSyn), 0);
+    const Sent& sa = only(out);
+    EXPECT_EQ(sa.port, 0);
+    EXPECT_TRUE(sa.has(net::kSyn) && sa.has(net::kAck));
+    EXPECT_EQ(sa.p.ack, again.isn + 1);
+    EXPECT_EQ(b().lcore->counters().flows_reopened, 1u);
+    EXPECT_EQ(b().lcore->lingering_flows(), 0u);
+    EXPECT_EQ(b().lcore->flows(), 0u);
+    // The new connection goes through the prelude and binds to the owner with its own SYN.
+    again.snd_nxt = again.isn + 1;
+    again.receive(sa);
+    EXPECT_TRUE(b().deliver(again.segment(net::kAck), 0).empty());
+    EXPECT_EQ(b().lcore->flow_state(tuple_of(again)), FlowState::kPrelude);
+    connect(again);
+    const Sent syn = bind(again);
+    EXPECT_EQ(syn.p.seq, again.isn);
+    // A corrupt SYN does not end a lingering flow.
+    Endpoint d = make_client(40002);
+    (void)splice(d);
+    (void)b().deliver(d.segment(net::kRst | net::kAck), 0);
+    auto bad = make_client(40002, d.isn + 5).segment(net::kSyn);
+    bad.back() ^= 0xff;
+    EXPECT_TRUE(b().deliver(bad, 0).empty());
+    EXPECT_EQ(b().lcore->flow_state(tuple_of(d)), FlowState::kLinger);
+    EXPECT_EQ(b().lcore->counters().flows_reopened, 1u);
+  }
+}
+
 TEST_F(Splicer, RstFromEitherSideIsForwardedAndTheFlowEnds) {
   for (bool from_client : {true, false}) {
     b_ = std::make_unique<Bench>();

@@ -390,6 +390,11 @@ void Lcore::handle_tcp(Frame* f, net::Packet& p, uint32_t tuple_hash) {
   if (id != flow::TupleMap::kNone) {
     Flow& fl = flows_[id];
     if (fl.client.rx == t) {
+      if (fl.state == FlowState::kLinger &&
+          (p.flags & (net::kSyn | net::kAck | net::kRst)) == net::kSyn && p.seq != fl.client_isn) {
+        reopen(fl, f, p);
+        return;
+      }
       fl.client.port = f->port;
       switch (fl.state) {
         case FlowState::kSpliced:

@@ -69,7 +69,8 @@ struct LcoreCounters {
   uint64_t binding_parked = 0;     // client segments held while binding, sent on at the splice
   uint64_t binding_park_full = 0;  // not held (flow or lcore limit): the client sends again
   uint64_t ack_storm_drops = 0;
-  uint64_t flow_resets = 0;  // RST seen on a spliced flow
+  uint64_t flow_resets = 0;     // RST seen on a spliced flow
+  uint64_t flows_reopened = 0;  // a client SYN on a lingering flow's tuple: a new session
 };
 
 class Lcore final : public BurstHandler {
@@ -184,7 +185,8 @@ class Lcore final : public BurstHandler {
   void from_client(Flow& fl, Frame* f, net::Packet& p);
   void from_owner(Flow& fl, Frame* f, net::Packet& p);
   bool ack_storm(Leg& leg, const net::Packet& p);
-  void linger(Flow& fl);  // enters kLinger (counted in lingering_)
+  void linger(Flow& fl);                            // enters kLinger (counted in lingering_)
+  void reopen(Flow& fl, Frame* f, net::Packet& p);  // a client SYN on a lingering flow
   void after_fin_or_rst(Flow& fl, const net::Packet& p, uint32_t src_seq, bool from_client);
 
   const LcoreConfig config_;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "dataplane/dpdk/engine/lcore.h"
+#include "dataplane/dpdk/engine/slot.h"
 #include "dataplane/dpdk/net/rewrite.h"
 
 namespace sluice::dpdk::engine {
@@ -141,6 +142,23 @@ void Lcore::from_owner(Flow& fl, Frame* f, net::Packet& p) {
 void Lcore::linger(Flow& fl) {
   if (fl.state != FlowState::kLinger) ++lingering_;
   fl.state = FlowState::kLinger;
+}
+
+// A SYN on the client tuple of a flow that ended: the client's port came round again while the
+// flow lingered. The old connection is over on the client's side (it sends a SYN only from
+// CLOSED), so the SYN opens a new session, which gets a cookie and is routed like any other;
+// forwarded on the old splice it would reach the old owner without a routing decision (past a
+// spill backlog's drain barrier, or to an owner the queue has left). A copy of the flow's own
+// first SYN (same ISN) is a straggler and goes the old way.
+void Lcore::reopen(Flow& fl, Frame* f, net::Packet& p) {
+  if (!tcp_checksum_ok(f, p)) {
+    ++counters_.bad_tcp_checksum;
+    drop(f);
+    return;
+  }
+  ++counters_.flows_reopened;
+  free_flow(fl);
+  client_no_flow(f, p);
 }
 
 void Lcore::after_fin_or_rst(Flow& fl, const net::Packet& p, uint32_t src_seq, bool from_client) {
