@@ -12,6 +12,10 @@ in C (stomp.py, sluice-load, a raw socket) that reach the virtual IP 10.77.1.1:6
     of gateway_test.py's case (a));
 (b) queues pinned to each node in the config are created on, and consumed from, that node
     (RabbitMQ's management API says where);
+(o) a client's port comes round while its ended flow lingers in the engine: a session on a queue
+    pinned to one node ends with a RST, a new one from the same address and port subscribes to
+    a queue pinned to the other node; it is a new session (a cookie, its own routing decision),
+    so the queue is created on its own node, not on the old flow's owner;
 (g) sluice-load, 20 producers and 20 consumers on 4 queues, receipts on: nothing lost,
     duplicated or out of order;
 (c) the owner stopped: the session spills (RECEIPT only once durable), a consumer is told
@@ -40,6 +44,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -253,6 +258,47 @@ class Run(gateway_test.Run):
         gw.wait_idle()
         say(f"ok (b): pinned queues {pinned} created on and consumed from their node")
 
+    # -- (o) a client port that comes round while its flow lingers -------------------------------
+
+    def case_reopen(self, pins):
+        gw = self.gw
+        (q1, n1), (q2, n2) = pins.items()
+        want = self.cluster.nodes[int(n2[len("rabbit"):]) - 1]["name"]
+        before = gw.metric("sluice_dpdk_flows_reopened_total")
+
+        def session(q, source_port=0):
+            r = RawStomp(gw.port, host=self.gw_host, source_port=source_port)
+            r.send(connect_frame(self.login, self.passcode))
+            f = r.read_frame()
+            check(f is not None and f.command == "CONNECTED", f"expected CONNECTED, got {f}")
+            r.send(frame("SUBSCRIBE", [("destination", "/queue/" + q), ("id", "1"),
+                                       ("receipt", "sub")]))
+            f = r.read_frame()
+            check(f is not None and f.command == "RECEIPT",
+                  f"SUBSCRIBE to {q}: expected its RECEIPT from the owner, got {f}")
+            return r
+
+        r = session(q1)
+        port = r.sock.getsockname()[1]
+        # An abortive close: the RST ends the flow, which lingers in the engine for
+        # reset_linger_ms, and leaves no TIME_WAIT here, so the port is free at once.
+        r.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        r.sock.close()
+        r = session(q2, source_port=port)
+        try:
+            home = wait_until(f"queue {q2} in the management API", 10,
+                              lambda: self.rabbit_home(q2))
+            check(home == want, f"queue {q2}, pinned to {n2} ({want}), subscribed to from port "
+                  f"{port} while its flow to {n1} lingered, was created on {home}")
+            disconnect_with_receipt(r, "bye", f"DISCONNECT of the session on {q2}")
+        finally:
+            r.sock.close()
+        reopened = gw.metric("sluice_dpdk_flows_reopened_total") - before
+        check(reopened == 1, f"sluice_dpdk_flows_reopened_total went up by {reopened}, not 1")
+        gw.wait_idle()
+        say(f"ok (o): a new connection from port {port} while its flow to {n1} lingered: a new "
+            f"session, {q2} created on its own node {n2}")
+
     # -- (g) sluice-load ----------------------------------------------------------------------
 
     def case_load(self):
@@ -435,7 +481,7 @@ class Run(gateway_test.Run):
     # -- run ----------------------------------------------------------------------------------
 
     def run(self):
-        selected = os.environ.get("SLUICE_DPDK_CASES", "abgcrtl")
+        selected = os.environ.get("SLUICE_DPDK_CASES", "abogcrtl")
         times = {}
         failed = {}
         t = time.monotonic()
@@ -457,19 +503,22 @@ class Run(gateway_test.Run):
                                self.gw.status()["nodes"])
             times[name] = time.monotonic() - t0
 
-        if any(x in selected for x in "abgc"):
+        if any(x in selected for x in "abogc"):
             pinned = {self.queue_name("b1"): "rabbit1", self.queue_name("b2"): "rabbit2"}
+            reopen_pins = {self.queue_name("o1"): "rabbit1", self.queue_name("o2"): "rabbit2"}
             work = os.path.join(self.work, "dpdk-main")
             os.makedirs(work, exist_ok=True)
             users = os.path.join(work, "spill-users")
             # Spill sessions log in with the same credentials the owner takes directly.
             add_spill_user(self.sluicectl, users, self.login, self.passcode,
                            [f"/:{PREFIX}*"], work)
-            nodes = self.rabbit_nodes() + "".join(pin_section(q, n) for q, n in pinned.items())
+            nodes = self.rabbit_nodes() + "".join(
+                pin_section(q, n) for q, n in {**pinned, **reopen_pins}.items())
             self.start_gateway("dpdk-main", nodes, f'users_file = "{users}"')
             with netns(self.topo.c):
                 timed("a", self.case_placed)
                 timed("b", self.case_pinned, pinned)
+                timed("o", self.case_reopen, reopen_pins)
                 timed("g", self.case_load)
                 timed("c", self.case_owner_down)
             self.stop_gateway()
@@ -488,6 +537,15 @@ class Run(gateway_test.Run):
         # Each failure again, last: a log cut to its tail still shows what failed.
         check(not failed, f"cases {', '.join(failed)} failed (details above): " + "; ".join(
             f"({k}) {v[:1500]}" for k, v in failed.items()))
+
+    def stop_gateway(self):
+        gw = self.gw
+        if gw and gw.alive():
+            with contextlib.suppress(Failure):
+                say(f"    engine: {gw.metric('sluice_dpdk_flows_reopened_total'):.0f} client SYNs "
+                    f"on a lingering flow taken as new sessions, "
+                    f"{gw.metric('sluice_dpdk_flows_created_total'):.0f} flows created")
+        super().stop_gateway()
 
     def print_engine_state(self):
         """sluiced's log tail and the engine's non-zero metrics, for a failed case."""

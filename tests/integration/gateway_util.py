@@ -452,8 +452,10 @@ class RawFrame:
 class RawStomp:
     """A STOMP client on a plain socket: writes bytes as given, reads frames."""
 
-    def __init__(self, port, timeout_s=10, host="127.0.0.1"):
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+    def __init__(self, port, timeout_s=10, host="127.0.0.1", source_port=0):
+        self.sock = socket.create_connection((host, port), timeout=timeout_s,
+                                             source_address=("", source_port) if source_port
+                                             else None)
         self.buf = b""
         self.eof = False
 
