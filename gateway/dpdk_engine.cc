@@ -280,63 +280,57 @@ std::string DpdkEngine::metrics_text() const {
   f.one("sluice_dpdk_lingering_flows", "gauge",
         "Flows that ended and wait for stragglers (fin_timeout_ms, reset_linger_ms).",
         n.lingering_flows);
-  f.one("sluice_dpdk_rx_frames_total", "counter", "Frames received.", double(k.rx_frames));
-  f.one("sluice_dpdk_tx_frames_total", "counter", "Frames sent.", double(k.tx_frames));
-  f.one("sluice_dpdk_tx_dropped_total", "counter", "Frames a port's tx ring refused.",
-        double(n.loop.tx_dropped + k.tx_full));
-  f.one("sluice_dpdk_syn_cookies_total", "counter", "SYN-ACKs with a cookie sent.",
-        double(k.syn_cookies_sent));
-  f.one("sluice_dpdk_cookies_bad_total", "counter", "ACKs whose cookie did not verify.",
-        double(k.cookies_bad));
-  f.one("sluice_dpdk_flows_refused_total", "counter", "Handshakes refused at flows_max.",
-        double(k.flows_refused));
-  f.one("sluice_dpdk_spliced_total", "counter", "Flows that reached splice mode.",
-        double(k.spliced));
-  f.one("sluice_dpdk_binds_spill_total", "counter", "Sessions sent to the spill listener.",
-        double(k.binds_spill));
-  f.one("sluice_dpdk_owner_failures_total", "counter",
-        "Owner SYNs refused or unanswered (passive health).",
-        double(k.owner_refused + k.owner_timeouts));
-  f.one("sluice_dpdk_retransmits_total", "counter", "Segments the gateway sent again.",
-        double(k.retransmits));
-  f.one("sluice_dpdk_ack_storm_drops_total", "counter", "Repeated pure ACKs cut.",
-        double(k.ack_storm_drops));
-  f.one("sluice_dpdk_binding_parked_total", "counter",
-        "Client segments held while their flow bound, sent on at the splice.",
-        double(k.binding_parked));
-  f.one("sluice_dpdk_binding_park_full_total", "counter",
-        "Client segments not held while their flow bound (limit reached): sent again by the "
-        "client.",
-        double(k.binding_park_full));
-  f.one("sluice_dpdk_flows_created_total", "counter", "Flows opened by a valid cookie.",
-        double(k.flows_created));
-  f.one("sluice_dpdk_flows_expired_total", "counter",
-        "Flows freed by a deadline (idle, connect, prelude, linger).", double(k.flows_expired));
-  f.one("sluice_dpdk_flows_reopened_total", "counter",
-        "Client SYNs on a lingering flow's tuple, taken as a new session.",
-        double(k.flows_reopened));
-  f.one("sluice_dpdk_flow_resets_total", "counter", "RSTs seen on a spliced flow.",
-        double(k.flow_resets));
-  f.one("sluice_dpdk_resets_sent_total", "counter", "RSTs the gateway sent.",
-        double(k.resets_sent));
-  f.one("sluice_dpdk_rx_not_handled_total", "counter",
-        "Valid frames for no flow, address or service of the engine.", double(k.rx_not_handled));
-  f.one("sluice_dpdk_bad_tcp_checksum_total", "counter", "TCP segments with a wrong checksum.",
-        double(k.bad_tcp_checksum));
-  f.one("sluice_dpdk_pool_empty_total", "counter", "Frames the gateway could not make.",
-        double(k.pool_empty));
-  f.one("sluice_dpdk_out_of_order_total", "counter",
-        "Prelude segments past the next expected byte (dropped, acknowledged again).",
-        double(k.out_of_order));
-  f.one("sluice_dpdk_duplicates_total", "counter", "Prelude segments already taken.",
-        double(k.duplicates));
-  f.one("sluice_dpdk_retransmit_giveups_total", "counter",
-        "Flows ended because the gateway's own segments were never acknowledged.",
-        double(k.retransmit_giveups));
-  f.one("sluice_dpdk_owner_errors_total", "counter",
-        "Owners whose first frame was an ERROR or not STOMP.", double(k.owner_errors));
-  f.one("sluice_dpdk_local_ports_exhausted_total", "counter",
-        "Owner legs without a free local address and port.", double(k.local_ports_exhausted));
+  // The engine's counters, each a family of one sample.
+  const struct {
+    const char* name;
+    const char* help;
+    uint64_t value;
+  } counters[] = {
+      {"sluice_dpdk_rx_frames_total", "Frames received.", k.rx_frames},
+      {"sluice_dpdk_tx_frames_total", "Frames sent.", k.tx_frames},
+      {"sluice_dpdk_tx_dropped_total", "Frames a port's tx ring refused.",
+       n.loop.tx_dropped + k.tx_full},
+      {"sluice_dpdk_syn_cookies_total", "SYN-ACKs with a cookie sent.", k.syn_cookies_sent},
+      {"sluice_dpdk_cookies_bad_total", "ACKs whose cookie did not verify.", k.cookies_bad},
+      {"sluice_dpdk_flows_refused_total", "Handshakes refused at flows_max.", k.flows_refused},
+      {"sluice_dpdk_spliced_total", "Flows that reached splice mode.", k.spliced},
+      {"sluice_dpdk_binds_spill_total", "Sessions sent to the spill listener.", k.binds_spill},
+      {"sluice_dpdk_owner_failures_total", "Owner SYNs refused or unanswered (passive health).",
+       k.owner_refused + k.owner_timeouts},
+      {"sluice_dpdk_retransmits_total", "Segments the gateway sent again.", k.retransmits},
+      {"sluice_dpdk_ack_storm_drops_total", "Repeated pure ACKs cut.", k.ack_storm_drops},
+      {"sluice_dpdk_binding_parked_total",
+       "Client segments held while their flow bound, sent on at the splice.", k.binding_parked},
+      {"sluice_dpdk_binding_park_full_total",
+       "Client segments not held while their flow bound (limit reached): sent again by the "
+       "client.",
+       k.binding_park_full},
+      {"sluice_dpdk_flows_created_total", "Flows opened by a valid cookie.", k.flows_created},
+      {"sluice_dpdk_flows_expired_total",
+       "Flows freed by a deadline (idle, connect, prelude, linger).", k.flows_expired},
+      {"sluice_dpdk_flows_reopened_total",
+       "Client SYNs on a lingering flow's tuple, taken as a new session.", k.flows_reopened},
+      {"sluice_dpdk_flow_resets_total", "RSTs seen on a spliced flow.", k.flow_resets},
+      {"sluice_dpdk_resets_sent_total", "RSTs the gateway sent.", k.resets_sent},
+      {"sluice_dpdk_rx_not_handled_total",
+       "Valid frames for no flow, address or service of the engine.", k.rx_not_handled},
+      {"sluice_dpdk_bad_tcp_checksum_total", "TCP segments with a wrong checksum.",
+       k.bad_tcp_checksum},
+      {"sluice_dpdk_pool_empty_total", "Frames the gateway could not make.", k.pool_empty},
+      {"sluice_dpdk_out_of_order_total",
+       "Prelude segments past the next expected byte (dropped, acknowledged again).",
+       k.out_of_order},
+      {"sluice_dpdk_duplicates_total", "Prelude segments already taken.", k.duplicates},
+      {"sluice_dpdk_retransmit_giveups_total",
+       "Flows ended because the gateway's own segments were never acknowledged.",
+       k.retransmit_giveups},
+      {"sluice_dpdk_owner_errors_total", "Owners whose first frame was an ERROR or not STOMP.",
+       k.owner_errors},
+      {"sluice_dpdk_local_ports_exhausted_total",
+       "Owner legs without a free local address and port.", k.local_ports_exhausted},
+  };
+  for (const auto& c : counters)
+    f.one(c.name, "counter", c.help, double(c.value));
   f.family("sluice_dpdk_prelude_ends_total", "counter",
            "Preludes the gateway ended itself, by reason.");
   for (size_t r = 0; r < k.prelude_ends.size(); ++r) {
