@@ -932,6 +932,80 @@ TEST_F(Splicer, ClientSynOnALingeringFlowOpensANewSessionAndIsNotForwarded) {
   }
 }
 
+TEST_F(Splicer, AFullFlowTableTakesTheLongestLingeringFlowForANewClient) {
+  auto cfg = default_config();
+  cfg.flows_max = 3;
+  cfg.prelude_flows_max = 3;
+  b_ = std::make_unique<Bench>(cfg);
+  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  Endpoint c1 = make_client(40000, 0x10000000);
+  Endpoint c2 = make_client(40001, 0x20000000);
+  Endpoint c3 = make_client(40002, 0x30000000);
+  (void)splice(c1);
+  (void)splice(c2);
+  (void)splice(c3);
+  (void)b().deliver(c2.segment(net::kRst | net::kAck), 0);  // ends first
+  (void)b().deliver(c1.segment(net::kRst | net::kAck), 0);
+  ASSERT_EQ(b().lcore->lingering_flows(), 2u);
+  ASSERT_EQ(b().lcore->flows(), 3u);
+  // The table is full; the flow that ended first gives way to a new client.
+  Endpoint c4 = make_client(40003, 0x40000000);
+  handshake(c4);
+  EXPECT_EQ(b().lcore->counters().lingering_evicted, 1u);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c2)), FlowState::kFree);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c1)), FlowState::kLinger);
+  EXPECT_EQ(b().lcore->lingering_flows(), 1u);
+  Endpoint c5 = make_client(40004, 0x50000000);
+  handshake(c5);
+  EXPECT_EQ(b().lcore->counters().lingering_evicted, 2u);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c1)), FlowState::kFree);
+  EXPECT_EQ(b().lcore->lingering_flows(), 0u);
+  // Only live flows now: the next client is refused.
+  Endpoint c6 = make_client(40005, 0x60000000);
+  const auto out = b().deliver(c6.segment(net::kSyn), 0);
+  c6.receive(only(out));
+  c6.snd_nxt = c6.isn + 1;
+  EXPECT_TRUE(only(b().deliver(c6.segment(net::kAck), 0)).has(net::kRst));
+  EXPECT_EQ(b().lcore->counters().flows_refused, 1u);
+  EXPECT_EQ(b().lcore->flows(), 3u);
+  // The evicted flows' stragglers meet no flow: a reset, as for any segment to a closed port.
+  EXPECT_TRUE(only(b().deliver(c1.segment(net::kAck), 0)).has(net::kRst));
+}
+
+TEST_F(Splicer, LocalPortsOfLingeringFlowsGoToNewOwnerLegsWhenNoneIsFree) {
+  auto cfg = default_config();
+  cfg.local_port_min = 20000;
+  cfg.local_port_max = 20001;  // two owner legs at once
+  b_ = std::make_unique<Bench>(cfg);
+  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  Endpoint c1 = make_client(40000, 0x10000000);
+  Endpoint c2 = make_client(40001, 0x20000000);
+  const Endpoint o1 = splice(c1);
+  (void)splice(c2);
+  (void)b().deliver(c1.segment(net::kRst | net::kAck), 0);
+  ASSERT_EQ(b().lcore->lingering_flows(), 1u);
+  // Both pairs are taken, one by a lingering flow: the new owner leg gets its port.
+  Endpoint c3 = make_client(40002, 0x30000000);
+  handshake(c3);
+  connect(c3);
+  const Sent syn = bind(c3);
+  EXPECT_EQ(syn.p.src_port, o1.peer_port);  // c1's local port
+  EXPECT_EQ(b().lcore->counters().lingering_evicted, 1u);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c1)), FlowState::kFree);
+  EXPECT_EQ(b().lcore->counters().local_ports_exhausted, 0u);
+  // With both pairs held by live flows, the next binding is refused with an ERROR.
+  Endpoint c4 = make_client(40003, 0x40000000);
+  handshake(c4);
+  connect(c4);
+  const auto out = b().deliver(c4.data(kSendQ1), 0);
+  EXPECT_TRUE(on_port(out, 1).empty());
+  bool error = false;
+  for (const Sent& s : on_port(out, 0))
+    error |= s.payload().rfind("ERROR\n", 0) == 0;
+  EXPECT_TRUE(error);
+  EXPECT_EQ(b().lcore->counters().local_ports_exhausted, 1u);
+}
+
 TEST_F(Splicer, RstFromEitherSideIsForwardedAndTheFlowEnds) {
   for (bool from_client : {true, false}) {
     b_ = std::make_unique<Bench>();

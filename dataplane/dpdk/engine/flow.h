@@ -49,6 +49,9 @@ struct Flow {
   FlowState state = FlowState::kFree;
   uint32_t next_free = kNoSlot;
   uint32_t slot = kNoSlot;  // prelude/binding buffers, kNoSlot once spliced
+  // The lingering flows in the order they ended (the lcore's linger list), while kLinger.
+  uint32_t linger_prev = kNoSlot;
+  uint32_t linger_next = kNoSlot;
 
   Leg client;  // rx: client -> virtual ip
   Leg owner;   // rx: owner -> local address

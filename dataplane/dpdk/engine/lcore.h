@@ -69,8 +69,9 @@ struct LcoreCounters {
   uint64_t binding_parked = 0;     // client segments held while binding, sent on at the splice
   uint64_t binding_park_full = 0;  // not held (flow or lcore limit): the client sends again
   uint64_t ack_storm_drops = 0;
-  uint64_t flow_resets = 0;     // RST seen on a spliced flow
-  uint64_t flows_reopened = 0;  // a client SYN on a lingering flow's tuple: a new session
+  uint64_t flow_resets = 0;        // RST seen on a spliced flow
+  uint64_t flows_reopened = 0;     // a client SYN on a lingering flow's tuple: a new session
+  uint64_t lingering_evicted = 0;  // lingering flows freed early: flow table or local ports full
 };
 
 class Lcore final : public BurstHandler {
@@ -132,6 +133,11 @@ class Lcore final : public BurstHandler {
   uint32_t index_of(const Flow& fl) const;
   bool alloc_local_port(Flow& fl);
   void free_local_port(Flow& fl);
+  uint32_t local_port_bit(const Flow& fl) const;  // fl's pair in ports_in_use_
+  bool take_local_port(Flow& fl, uint32_t bit);   // the pair `bit` for fl's owner leg, if free
+  // Frees the flow that has lingered longest (false: none lingers); returns its local port's
+  // bit in *bit (UINT32_MAX: it had none).
+  bool evict_lingering(uint32_t* bit);
 
   // tcp_out.cc: segments the gateway sends itself
   struct Seg {
@@ -209,7 +215,9 @@ class Lcore final : public BurstHandler {
 
   // Owner-leg source ports: one bit per (local ip, port) pair in use.
   std::vector<uint64_t> ports_in_use_;
-  uint32_t lingering_ = 0;  // flows in kLinger
+  uint32_t lingering_ = 0;                  // flows in kLinger
+  uint32_t linger_head_ = detail::kNoSlot;  // the flow that has lingered longest
+  uint32_t linger_tail_ = detail::kNoSlot;
   uint32_t port_cursor_ = 0;
 
   struct Neighbor {

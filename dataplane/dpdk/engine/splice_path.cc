@@ -140,8 +140,20 @@ void Lcore::from_owner(Flow& fl, Frame* f, net::Packet& p) {
 }
 
 void Lcore::linger(Flow& fl) {
-  if (fl.state != FlowState::kLinger) ++lingering_;
+  if (fl.state == FlowState::kLinger) return;
+  ++lingering_;
   fl.state = FlowState::kLinger;
+  // At the tail of the linger list: its head has lingered longest and gives way first when the
+  // flow table or the local ports run out.
+  const uint32_t id = index_of(fl);
+  fl.linger_prev = linger_tail_;
+  fl.linger_next = detail::kNoSlot;
+  if (linger_tail_ != detail::kNoSlot) {
+    flows_[linger_tail_].linger_next = id;
+  } else {
+    linger_head_ = id;
+  }
+  linger_tail_ = id;
 }
 
 // A SYN on the client tuple of a flow that ended: the client's port came round again while the
