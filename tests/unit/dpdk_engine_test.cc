@@ -1199,13 +1199,30 @@ TEST_F(SplicerStates, OwnerRstOutsideItsWindowIsIgnored) {
   EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kReplay);
 }
 
-TEST_F(SplicerStates, SynAckThatAcksSomethingElseIsIgnored) {
+TEST_F(SplicerStates, SynAckThatAcksSomethingElseIsResetAndTheSynGoesOn) {
   Endpoint c = make_client();
   const Sent syn = to_connecting(c);
   Endpoint o = make_owner(syn);
-  o.rcv_nxt = syn.p.seq + 7;  // acknowledges a sequence the SYN did not have
-  EXPECT_TRUE(b().deliver(o.segment(net::kSyn | net::kAck), 1).empty());
+  for (uint8_t flags : {uint8_t(net::kSyn | net::kAck), uint8_t(net::kAck)}) {
+    // Acknowledges a sequence the SYN did not have: a SYN-ACK gone astray, or the ACK a
+    // TIME_WAIT of an earlier connection on this port answers a SYN with. RFC 793: a reset
+    // <SEQ=SEG.ACK>, and the connection attempt goes on.
+    o.rcv_nxt = syn.p.seq + 7;
+    const Sent rst = only(b().deliver(o.segment(flags), 1));
+    EXPECT_EQ(rst.port, 1);
+    EXPECT_TRUE(rst.has(net::kRst) && !rst.has(net::kAck));
+    EXPECT_EQ(rst.p.seq, syn.p.seq + 7);
+    EXPECT_EQ(rst.p.src_port, syn.p.src_port);
+    EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
+  }
+  // A RST that acknowledges something else is dropped without an answer.
+  EXPECT_TRUE(b().deliver(o.segment(net::kRst | net::kAck), 1).empty());
   EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
+  // The SYN is sent again at its timeout, the same as before.
+  const auto again = on_port(b().advance_ms(b().config.syn_rto_ms + 1), 1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_TRUE(again[0].has(net::kSyn) && !again[0].has(net::kAck));
+  EXPECT_EQ(again[0].p.seq, syn.p.seq);
 }
 
 TEST_F(SplicerStates, RstWhileClosingFreesTheFlow) {

@@ -136,6 +136,15 @@ void Lcore::owner_binding(Flow& fl, Frame* f, net::Packet& p) {
       owner_failed(fl, true);
       return;
     }
+    if ((p.flags & net::kAck) && !acks_syn && !(p.flags & net::kRst)) {
+      // An ACK of something else: most likely the owner's TIME_WAIT of an earlier connection
+      // on this local port answering the SYN. As a host in SYN-SENT (RFC 793), reset it
+      // <SEQ=SEG.ACK>: that ends the TIME_WAIT, and the SYN's retransmission gets through.
+      send_to_owner(fl, Seg{p.ack, 0, net::kRst, 0});
+      ++counters_.resets_sent;
+      drop(f);
+      return;
+    }
     if ((p.flags & (net::kSyn | net::kAck | net::kRst)) != (net::kSyn | net::kAck) || !acks_syn) {
       drop(f);
       return;
