@@ -30,6 +30,9 @@ in C (stomp.py, sluice-load, a raw socket) that reach the virtual IP 10.77.1.1:6
     and input hooks in C; an output drop loses one of TCP's GSO packets, a burst of segments):
     the client's retransmissions pass the splice, the checksum is still exact.
 
+The engine has 32 local ports for owner legs, fewer than the sessions of (a) to (c): new owner
+legs take the ports of ended, lingering flows (checked: sluice_dpdk_lingering_evicted_total > 0).
+
 Usage: dpdk_gateway_test.py SLUICED SLUICECTL SLUICE_LOAD  (as root)
 $SLUICE_DPDK_CASES (e.g. "tl") runs some of the cases only. The RabbitMQ cluster is always a
 private one inside N ($SLUICE_RABBIT_CLUSTER does not apply: its nodes are not in N).
@@ -62,7 +65,10 @@ from stomp_sink import Sink  # noqa: E402
 VIP = "10.77.1.1"
 PORT = 61613
 LOCAL_IP = "10.77.2.1"  # the owner leg's source address
-LOCAL_PORT_MIN, LOCAL_PORT_MAX = 20000, 29999
+# 32 local ports: the sessions of (a) to (c), over 50, outnumber them, so new owner legs take the
+# ports of flows that ended and still linger (the oldest gives way), and the owner may still hold
+# a TIME_WAIT there, as on a busy gateway; at most 24 sessions are live at once, in (g).
+LOCAL_PORT_MIN, LOCAL_PORT_MAX = 20000, 20031
 SPILL_IP = "10.77.3.1"  # the kernel's end of the TAP: the spill listener
 SPILL_PORT = 61700
 TAP = "dtap0"
@@ -527,6 +533,11 @@ class Run(gateway_test.Run):
                 timed("o", self.case_reopen, reopen_pins)
                 timed("g", self.case_load)
                 timed("c", self.case_owner_down)
+            if all(x in selected for x in "abogc") and not failed:
+                # The narrow local port range did what it is there for (see LOCAL_PORT_MIN).
+                evicted = self.gw.metric("sluice_dpdk_lingering_evicted_total")
+                if evicted == 0:
+                    failed["ports"] = "no owner leg took the local port of a lingering flow"
             self.stop_gateway()
         if any(x in selected for x in "rtl"):
             self.sink = Sink(self.topo, self.work, SINK_ADDRESS)
@@ -548,9 +559,13 @@ class Run(gateway_test.Run):
         gw = self.gw
         if gw and gw.alive():
             with contextlib.suppress(Failure):
-                say(f"    engine: {gw.metric('sluice_dpdk_flows_reopened_total'):.0f} client SYNs "
+                say(f"    engine: {gw.metric('sluice_dpdk_flows_created_total'):.0f} flows "
+                    f"created, {gw.metric('sluice_dpdk_flows_reopened_total'):.0f} client SYNs "
                     f"on a lingering flow taken as new sessions, "
-                    f"{gw.metric('sluice_dpdk_flows_created_total'):.0f} flows created")
+                    f"{gw.metric('sluice_dpdk_lingering_evicted_total'):.0f} lingering flows "
+                    f"given way to new ones, "
+                    f"{gw.metric('sluice_dpdk_local_ports_exhausted_total'):.0f} bindings "
+                    f"without a local port")
         super().stop_gateway()
 
     def print_engine_state(self):
