@@ -108,7 +108,7 @@ class Lcore final : public BurstHandler {
   using Leg = detail::Leg;
   struct Slot;  // prelude and binding buffers of one flow
 
-  // lcore.cc: dispatch, L2/L3, frames out, timers, flow table
+  // lcore.cc: dispatch, L2/L3, frames out, timers
   bool from_kernel(const Frame* f) const;
   net::Reason parse_frame(Frame* f, net::Packet* p) const;
   struct Staged;
@@ -128,6 +128,8 @@ class Lcore final : public BurstHandler {
   void arp_request(uint16_t port, uint32_t target);
   void on_timer(uint32_t id);
   void arm(Flow& fl);
+
+  // flows.cc: the flow table, prelude slots and local ports
   Flow* alloc_flow();
   void free_flow(Flow& fl);
   uint32_t index_of(const Flow& fl) const;
