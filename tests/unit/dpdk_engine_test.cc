@@ -78,11 +78,15 @@ class Splicer : public ::testing::Test {
     return s;
   }
 
-  // A new bench with `cfg` (the owner's MAC known) and a client taken to its owner SYN, which
-  // is returned.
-  Sent rebuild_and_bind(const engine::LcoreConfig& cfg, Endpoint* c) {
+  // A new bench with `cfg`, the owner's MAC known.
+  void rebuild(const engine::LcoreConfig& cfg = default_config()) {
     b_ = std::make_unique<Bench>(cfg);
     b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  }
+
+  // A new bench with `cfg` and a client taken to its owner SYN, which is returned.
+  Sent rebuild_and_bind(const engine::LcoreConfig& cfg, Endpoint* c) {
+    rebuild(cfg);
     *c = make_client();
     handshake(*c);
     connect(*c);
@@ -886,8 +890,7 @@ TEST_F(Splicer, FinEachWayLingersThenTheFlowIsFreed) {
 
 TEST_F(Splicer, ClientSynOnALingeringFlowOpensANewSessionAndIsNotForwarded) {
   for (bool after_rst : {false, true}) {
-    b_ = std::make_unique<Bench>();
-    b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+    rebuild();
     Endpoint c = make_client();
     Endpoint o = splice(c);
     if (after_rst) {
@@ -936,8 +939,7 @@ TEST_F(Splicer, AFullFlowTableTakesTheLongestLingeringFlowForANewClient) {
   auto cfg = default_config();
   cfg.flows_max = 3;
   cfg.prelude_flows_max = 3;
-  b_ = std::make_unique<Bench>(cfg);
-  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  rebuild(cfg);
   Endpoint c1 = make_client(40000, 0x10000000);
   Endpoint c2 = make_client(40001, 0x20000000);
   Endpoint c3 = make_client(40002, 0x30000000);
@@ -976,8 +978,7 @@ TEST_F(Splicer, LocalPortsOfLingeringFlowsGoToNewOwnerLegsWhenNoneIsFree) {
   auto cfg = default_config();
   cfg.local_port_min = 20000;
   cfg.local_port_max = 20001;  // two owner legs at once
-  b_ = std::make_unique<Bench>(cfg);
-  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  rebuild(cfg);
   Endpoint c1 = make_client(40000, 0x10000000);
   Endpoint c2 = make_client(40001, 0x20000000);
   const Endpoint o1 = splice(c1);
@@ -1008,8 +1009,7 @@ TEST_F(Splicer, LocalPortsOfLingeringFlowsGoToNewOwnerLegsWhenNoneIsFree) {
 
 TEST_F(Splicer, RstFromEitherSideIsForwardedAndTheFlowEnds) {
   for (bool from_client : {true, false}) {
-    b_ = std::make_unique<Bench>();
-    b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+    rebuild();
     Endpoint c = make_client();
     Endpoint o = splice(c);
     const auto out = from_client ? b().deliver(c.segment(net::kRst | net::kAck), 0)
@@ -1031,8 +1031,7 @@ TEST_F(Splicer, RstFromEitherSideIsForwardedAndTheFlowEnds) {
 TEST_F(Splicer, IdleSplicedFlowExpires) {
   auto cfg = default_config();
   cfg.established_idle_ms = 10'000;
-  b_ = std::make_unique<Bench>(cfg);
-  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  rebuild(cfg);
   Endpoint c = make_client();
   splice(c);
   b().advance_ms(6'000);
@@ -1047,8 +1046,7 @@ TEST_F(Splicer, IdleSplicedFlowExpires) {
 TEST_F(Splicer, AckStormIsCut) {
   auto cfg = default_config();
   cfg.ack_storm_max = 10;
-  b_ = std::make_unique<Bench>(cfg);
-  b().lcore->add_neighbor(kOwnerIp, kOwnerMac);
+  rebuild(cfg);
   Endpoint c = make_client();
   splice(c);
   size_t forwarded = 0;
