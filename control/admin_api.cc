@@ -524,7 +524,8 @@ AdminResponse AdminApi::sessions(const AdminRequest& r) {
     limit = v;
   }
   size_t total = 0;
-  std::vector<SessionInfo> found = sessions_->sessions(limit, &total);
+  std::vector<uint32_t> unanswered;
+  std::vector<SessionInfo> found = sessions_->sessions(limit, &total, &unanswered);
   // The engine promises at most `limit`; the answer keeps the promise whatever it returned.
   if (found.size() > limit) found.resize(limit);
   total = std::max(total, found.size());
@@ -542,7 +543,12 @@ AdminResponse AdminApi::sessions(const AdminRequest& r) {
                         {"age_ms", s.age_ms}});
   }
   const bool truncated = total > list.size();
-  return reply(200, json{{"total", total}, {"truncated", truncated}, {"sessions", list}});
+  // A worker too busy to answer in time is named rather than left out silently: its sessions
+  // are in neither the list nor the total.
+  return reply(200, json{{"total", total},
+                         {"truncated", truncated},
+                         {"unanswered_workers", unanswered},
+                         {"sessions", list}});
 }
 
 }  // namespace sluice::control

@@ -64,8 +64,10 @@ struct DataplaneStatus {
 class SessionsAdmin {
  public:
   virtual ~SessionsAdmin() = default;
-  // At most `limit` sessions (oldest first per worker); *total counts every session.
-  virtual std::vector<SessionInfo> sessions(size_t limit, size_t* total) = 0;
+  // At most `limit` sessions (oldest first per worker); *total counts every session of the
+  // workers that answered; *unanswered lists the workers that did not answer in time.
+  virtual std::vector<SessionInfo> sessions(size_t limit, size_t* total,
+                                            std::vector<uint32_t>* unanswered) = 0;
   virtual SessionTotals totals() = 0;
   // Prometheus families of the engine (sessions, bytes, refusals by reason), appended to /metrics.
   virtual std::string metrics_text() = 0;

@@ -42,8 +42,9 @@ class DpdkEngine {
 class DpdkAdmin : public control::SessionsAdmin {
  public:
   DpdkAdmin(control::SessionsAdmin& uring, DpdkEngine& dpdk) : uring_(uring), dpdk_(dpdk) {}
-  std::vector<control::SessionInfo> sessions(size_t limit, size_t* total) override {
-    return uring_.sessions(limit, total);
+  std::vector<control::SessionInfo> sessions(size_t limit, size_t* total,
+                                             std::vector<uint32_t>* unanswered) override {
+    return uring_.sessions(limit, total, unanswered);
   }
   control::SessionTotals totals() override;
   std::string metrics_text() override { return uring_.metrics_text() + dpdk_.metrics_text(); }

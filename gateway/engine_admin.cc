@@ -16,9 +16,10 @@ uint64_t get(const std::atomic<uint64_t>& a) {
 
 }  // namespace
 
-std::vector<control::SessionInfo> EngineAdmin::sessions(size_t limit, size_t* total) {
+std::vector<control::SessionInfo> EngineAdmin::sessions(size_t limit, size_t* total,
+                                                        std::vector<uint32_t>* unanswered) {
   std::vector<control::SessionInfo> out;
-  for (uring::SessionView& v : engine_.sessions(limit, total)) {
+  for (uring::SessionView& v : engine_.sessions(limit, total, unanswered)) {
     control::SessionInfo i;
     i.worker = v.worker;
     i.id = v.id;

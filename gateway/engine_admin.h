@@ -10,7 +10,8 @@ namespace sluice::gateway {
 class EngineAdmin : public control::SessionsAdmin {
  public:
   explicit EngineAdmin(uring::Engine& engine) : engine_(engine) {}
-  std::vector<control::SessionInfo> sessions(size_t limit, size_t* total) override;
+  std::vector<control::SessionInfo> sessions(size_t limit, size_t* total,
+                                             std::vector<uint32_t>* unanswered) override;
   control::SessionTotals totals() override;
   std::string metrics_text() override;
 

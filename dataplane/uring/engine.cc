@@ -74,13 +74,27 @@ const WorkerCounters& Engine::counters(size_t worker) const {
   return workers_[worker]->counters();
 }
 
-std::vector<SessionView> Engine::sessions(size_t limit, size_t* total) {
+std::vector<SessionView> Engine::sessions(size_t limit, size_t* total,
+                                          std::vector<uint32_t>* unanswered,
+                                          std::chrono::milliseconds wait) {
+  // Every worker is asked before any answer is awaited: one deadline for all of them, however
+  // many are busy.
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<uint64_t> tickets;
+  tickets.reserve(workers_.size());
+  for (auto& w : workers_)
+    tickets.push_back(w->request_snapshot());
   std::vector<SessionView> out;
   *total = 0;
-  for (auto& w : workers_) {
-    std::vector<SessionView> v = w->snapshot(1000);
-    *total += v.size();
-    for (auto& s : v) {
+  unanswered->clear();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    std::optional<std::vector<SessionView>> v = workers_[i]->collect_snapshot(tickets[i], deadline);
+    if (!v) {
+      unanswered->push_back(uint32_t(i));
+      continue;
+    }
+    *total += v->size();
+    for (auto& s : *v) {
       if (out.size() >= limit) break;
       out.push_back(std::move(s));
     }

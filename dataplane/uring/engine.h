@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -203,8 +204,11 @@ class Engine {
   size_t worker_count() const { return workers_.size(); }
   const WorkerCounters& counters(size_t worker) const;
   // Sessions of every worker, oldest first per worker, at most `limit`; *total counts all.
-  // Waits (up to a second) for each worker to answer.
-  std::vector<SessionView> sessions(size_t limit, size_t* total);
+  // Waits up to `wait` in all for the workers to answer; *unanswered lists (by index) those
+  // that did not, whose sessions are then neither listed nor counted.
+  static constexpr std::chrono::milliseconds kSessionsWait{1000};
+  std::vector<SessionView> sessions(size_t limit, size_t* total, std::vector<uint32_t>* unanswered,
+                                    std::chrono::milliseconds wait = kSessionsWait);
 
  private:
   Engine() = default;

@@ -540,14 +540,19 @@ void Worker::fill_snapshot() {
   snapshot_cv_.notify_all();
 }
 
-std::vector<SessionView> Worker::snapshot(int wait_ms) {
-  const uint64_t want = snapshot_requested_.fetch_add(1, std::memory_order_acq_rel) + 1;
+uint64_t Worker::request_snapshot() {
+  const uint64_t ticket = snapshot_requested_.fetch_add(1, std::memory_order_acq_rel) + 1;
   uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof one);
+  return ticket;
+}
+
+std::optional<std::vector<SessionView>> Worker::collect_snapshot(
+    uint64_t ticket, std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(snapshot_mutex_);
-  snapshot_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                        [&] { return snapshot_done_ >= want; });
-  if (snapshot_done_ < want) return {};
+  if (!snapshot_cv_.wait_until(lock, deadline, [&] { return snapshot_done_ >= ticket; })) {
+    return std::nullopt;
+  }
   return snapshot_;
 }
 

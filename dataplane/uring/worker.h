@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -165,8 +166,13 @@ class Worker {
   void request_stop(uint32_t grace_ms);
   void join();
   const WorkerCounters& counters() const { return counters_; }
-  // From another thread: the worker's sessions (waits up to `wait_ms`).
-  std::vector<SessionView> snapshot(int wait_ms);
+  // From another thread: asks for the worker's sessions; collect_snapshot() takes the answer,
+  // so that a caller can ask every worker before it waits for any.
+  uint64_t request_snapshot();
+  // The answer to request `ticket` (or a later one), waiting until `deadline`; nullopt when the
+  // worker has not answered by then.
+  std::optional<std::vector<SessionView>> collect_snapshot(
+      uint64_t ticket, std::chrono::steady_clock::time_point deadline);
 
  private:
   void run();

@@ -4,11 +4,14 @@
 Usage: sluicectl_test.py SLUICED SLUICECTL   (meson passes both executables)
 
 Two loopback listeners that accept and close stand for healthy broker nodes; a third node's port
-is closed, so its TCP health probes fail. Everything lives in a temp dir this test creates (the
-admin socket, the state dir, the config); sluiced's admin TCP port is a free loopback port.
+is closed, so its TCP health probes fail. For `sessions` with workers that did not answer, a
+canned loopback HTTP server stands in for the gateway. Everything lives in a temp dir this test
+creates (the admin socket, the state dir, the config); sluiced's admin TCP port is a free
+loopback port.
 Every wait is bounded, and only the sluiced this test started is signalled, by its PID.
 """
 
+import http.server
 import json
 import os
 import re
@@ -63,6 +66,37 @@ class FakeNode:
         self.stopping.set()
         self.thread.join(timeout=5)
         self.sock.close()
+
+
+class CannedAdmin:
+    """A loopback HTTP server that answers GET /v1/sessions with a fixed body, as a gateway
+    whose workers did not all answer in time would; every other path is a 404."""
+
+    def __init__(self, sessions):
+        body = json.dumps(sessions).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                ok = self.path.split("?")[0] == "/v1/sessions"
+                data = body if ok else b'{"error": "not found"}'
+                self.send_response(200 if ok else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
 
 
 def free_port():
@@ -493,6 +527,36 @@ node = "rabbit1"
         self.fail_with(["status"], 3, missing, "is sluiced running?", where=[],
                        env=self.env(SLUICE_ADMIN_SOCKET=missing))
 
+    def sessions_with_unanswered_workers(self):
+        """Workers that did not answer are named after the table, on stdout (the call worked)."""
+        row = {"worker": 0, "id": 7, "client": "127.0.0.1:40000", "vhost": "/", "queue": "orders",
+               "owner": "rabbit1", "state": "spliced", "bytes_in": 10, "bytes_out": 20,
+               "age_ms": 1500}
+        cases = [
+            ({"total": 1, "truncated": False, "unanswered_workers": [1, 3], "sessions": [row]},
+             "workers 1, 3 did not answer in time: their sessions are not listed or counted\n"),
+            ({"total": 0, "truncated": False, "unanswered_workers": [2], "sessions": []},
+             "no sessions\nworker 2 did not answer in time: its sessions are not listed or "
+             "counted\n"),
+            ({"total": 1, "truncated": False, "unanswered_workers": [], "sessions": [row]}, None),
+        ]
+        for answer, note in cases:
+            admin = CannedAdmin(answer)
+            try:
+                where = ["--tcp", f"127.0.0.1:{admin.port}"]
+                out = self.ctl("sessions", where=where).stdout
+                if note is None:
+                    check("did not answer" not in out, f"sessions: a note with none missing:\n{out}")
+                else:
+                    check(out.endswith(note), f"sessions: expected the note {note!r} last:\n{out}")
+                if answer["sessions"]:
+                    check("orders" in out and "rabbit1" in out, f"sessions: no row:\n{out}")
+                j = self.ctl_json("sessions", where=where)
+                check(j["unanswered_workers"] == answer["unanswered_workers"],
+                      f"sessions --json: {j}")
+            finally:
+                admin.stop()
+
     def unreachable_and_usage(self):
         missing = os.path.join(self.tmp, "missing.sock")
         for args in (["status"], ["--json", "nodes"], ["node", "drain", "rabbit1"]):
@@ -547,7 +611,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="sluicectl-", dir=base) as tmp:
         t = Test(sluiced, sluicectl, tmp)
         steps = [t.check_config, t.start, t.status, t.health, t.node_admin, t.queues,
-                 t.settings, t.metrics, t.reload, t.endpoints, t.unreachable_and_usage, t.stop]
+                 t.settings, t.metrics, t.reload, t.endpoints, t.sessions_with_unanswered_workers,
+                 t.unreachable_and_usage, t.stop]
         try:
             for step in steps:
                 step()

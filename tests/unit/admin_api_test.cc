@@ -337,8 +337,10 @@ namespace {
 // The engine's sessions as the admin API sees them: 3 in all, the limit the API asked for kept.
 class FakeSessions : public SessionsAdmin {
  public:
-  std::vector<SessionInfo> sessions(size_t limit, size_t* total) override {
+  std::vector<SessionInfo> sessions(size_t limit, size_t* total,
+                                    std::vector<uint32_t>* unanswered) override {
     limits_.push_back(limit);
+    *unanswered = unanswered_;
     std::vector<SessionInfo> all = {
         SessionInfo{0, 7, "10.0.0.7:51234", "", "", "", "prelude", 120, 0, 15},
         SessionInfo{0, 9, "10.0.0.8:40000", "/", "orders", "n1", "spliced", 4096, 1 << 20, 62'000},
@@ -352,6 +354,7 @@ class FakeSessions : public SessionsAdmin {
   std::string metrics_text() override { return "# TYPE sluice_sessions_active gauge\n"; }
 
   std::vector<size_t> limits_;
+  std::vector<uint32_t> unanswered_;  // workers that "did not answer"
 };
 
 TEST_F(AdminApiTest, SessionsAnswer503UntilTheGatewaySetsThem) {
@@ -371,6 +374,7 @@ TEST_F(AdminApiTest, SessionsListEverySessionField) {
   json j = body(r);
   EXPECT_EQ(j["total"], 3);
   EXPECT_EQ(j["truncated"], false);
+  EXPECT_EQ(j["unanswered_workers"], json::array());
   ASSERT_EQ(j["sessions"].size(), 3u);
   EXPECT_EQ(j["sessions"][1], (json{{"worker", 0},
                                     {"id", 9},
@@ -388,6 +392,19 @@ TEST_F(AdminApiTest, SessionsListEverySessionField) {
   EXPECT_EQ(sessions.limits_, std::vector<size_t>{kSessionsListDefault});
   EXPECT_EQ(call("POST", "/v1/sessions").status, 405u);
   EXPECT_EQ(call("GET", "/v1/sessions/7").status, 404u);
+}
+
+// Workers that did not answer in time are named in the answer, not left out silently.
+TEST_F(AdminApiTest, SessionsNameTheWorkersThatDidNotAnswer) {
+  FakeSessions sessions;
+  sessions.unanswered_ = {2, 5};
+  api_->set_sessions(&sessions);
+  AdminResponse r = call("GET", "/v1/sessions");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  json j = body(r);
+  EXPECT_EQ(j["unanswered_workers"], (json{2, 5}));
+  EXPECT_EQ(j["total"], 3);
+  EXPECT_EQ(j["sessions"].size(), 3u);
 }
 
 TEST_F(AdminApiTest, SessionsLimitIsCheckedAndPassedOn) {

@@ -1113,7 +1113,9 @@ TEST_P(UringEngineTest, SessionsListsSplicedSessionWithQueueAndBytes) {
   Conn o;
   ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
   size_t total = 0;
-  std::vector<SessionView> v = engine_->sessions(10, &total);
+  std::vector<uint32_t> unanswered{7};
+  std::vector<SessionView> v = engine_->sessions(10, &total, &unanswered);
+  EXPECT_TRUE(unanswered.empty());
   ASSERT_EQ(total, 1u);
   ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(v[0].state, "spliced");
@@ -1128,7 +1130,7 @@ TEST_P(UringEngineTest, SessionsListsSplicedSessionWithQueueAndBytes) {
   c.close();
   o.close();
   ASSERT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
-  v = engine_->sessions(10, &total);
+  v = engine_->sessions(10, &total, &unanswered);
   EXPECT_EQ(total, 0u);
   EXPECT_TRUE(v.empty());
 }
@@ -1273,6 +1275,39 @@ TEST_P(UringEngineTest, ConnectTimeoutFallsBackToSpill) {
   EXPECT_EQ(sink_.records().size(), 1u);
 }
 
+// A worker that does not answer in time (here: not running yet) is named, and the others are
+// still listed: every worker is asked before any answer is awaited.
+TEST_P(UringEngineTest, SessionsNameTheWorkersThatDoNotAnswer) {
+  options_.workers = 2;
+  FakeRouter router2;
+  FakeSink sink2;
+  std::string error;
+  engine_ =
+      Engine::open(options_, config_,
+                   {WorkerParts{&router_, &sink_, &hooks_}, WorkerParts{&router2, &sink2, &hooks_}},
+                   nullptr_log(), &error);
+  if (!engine_ && error.find("io_uring") != std::string::npos) GTEST_SKIP() << error;
+  ASSERT_TRUE(engine_) << error;
+  size_t total = 9;
+  std::vector<uint32_t> unanswered;
+  std::vector<SessionView> v = engine_->sessions(10, &total, &unanswered, 50ms);
+  EXPECT_EQ(unanswered, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(total, 0u);
+  EXPECT_TRUE(v.empty());
+  engine_->start();
+  Conn c = client();
+  ASSERT_TRUE(wait_until(kWait, [&] {
+    return engine_->counters(0).active.load() + engine_->counters(1).active.load() == 1;
+  }));
+  v = engine_->sessions(10, &total, &unanswered);
+  EXPECT_TRUE(unanswered.empty());
+  EXPECT_EQ(total, 1u);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].state, "prelude");
+  engine_->stop(0);  // before router2 and sink2 go
+  engine_.reset();
+}
+
 // sessions_max holds across workers exactly.
 TEST_P(UringEngineTest, SessionsMaxHoldsAcrossWorkers) {
   options_.workers = 2;
@@ -1303,8 +1338,10 @@ TEST_P(UringEngineTest, SessionsMaxHoldsAcrossWorkers) {
   }
   EXPECT_EQ(total_active(), 3u);
   size_t total = 0;
-  engine_->sessions(10, &total);
+  std::vector<uint32_t> unanswered;
+  engine_->sessions(10, &total, &unanswered);
   EXPECT_EQ(total, 3u);
+  EXPECT_TRUE(unanswered.empty());
   engine_->stop(0);
   engine_.reset();
 }

@@ -344,8 +344,19 @@ int sessions(const Options& o, uint32_t limit) {
   if (o.json) return print_json(j);
   const Json list = list_of(j, "sessions");
   const uint64_t total = count(j, "total");
+  // Workers too busy to answer in time: their sessions are missing, and the answer says so.
+  const Json unanswered = list_of(j, "unanswered_workers");
+  std::string missing;
+  if (!unanswered.empty()) {
+    std::string ids;
+    for (const Json& w : unanswered)
+      ids += (ids.empty() ? "" : ", ") + w.dump();
+    missing = std::string(unanswered.size() == 1 ? "worker " : "workers ") + ids +
+              " did not answer in time: " + (unanswered.size() == 1 ? "its" : "their") +
+              " sessions are not listed or counted\n";
+  }
   if (list.empty() && total == 0) {
-    out("no sessions\n");
+    out("no sessions\n" + missing);
     return kExitOk;
   }
   Table table({"WORKER", "ID", "CLIENT", "VHOST", "QUEUE", "OWNER", "STATE", "IN", "OUT", "AGE"});
@@ -359,6 +370,7 @@ int sessions(const Options& o, uint32_t limit) {
     out(std::to_string(list.size()) + " of " + std::to_string(total) +
         " shown (--limit raises the number shown)\n");
   }
+  out(missing);
   return kExitOk;
 }
 
