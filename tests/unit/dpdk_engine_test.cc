@@ -1201,18 +1201,27 @@ TEST_F(SplicerStates, SynAckThatAcksSomethingElseIsResetAndTheSynGoesOn) {
   Endpoint c = make_client();
   const Sent syn = to_connecting(c);
   Endpoint o = make_owner(syn);
-  for (uint8_t flags : {uint8_t(net::kSyn | net::kAck), uint8_t(net::kAck)}) {
-    // Acknowledges a sequence the SYN did not have: a SYN-ACK gone astray, or the ACK a
-    // TIME_WAIT of an earlier connection on this port answers a SYN with. RFC 793: a reset
-    // <SEQ=SEG.ACK>, and the connection attempt goes on.
-    o.rcv_nxt = syn.p.seq + 7;
-    const Sent rst = only(b().deliver(o.segment(flags), 1));
+  // Acknowledges a sequence the SYN did not have: a SYN-ACK gone astray, or the ACK a TIME_WAIT
+  // of an earlier connection on this port answers a SYN with. RFC 793: a reset <SEQ=SEG.ACK>,
+  // and the connection attempt goes on; the first time, with the SYN again at once behind it.
+  auto is_reset = [&](const Sent& rst) {
     EXPECT_EQ(rst.port, 1);
     EXPECT_TRUE(rst.has(net::kRst) && !rst.has(net::kAck));
     EXPECT_EQ(rst.p.seq, syn.p.seq + 7);
     EXPECT_EQ(rst.p.src_port, syn.p.src_port);
-    EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
-  }
+  };
+  o.rcv_nxt = syn.p.seq + 7;
+  const auto first = b().deliver(o.segment(net::kSyn | net::kAck), 1);
+  ASSERT_EQ(first.size(), 2u);
+  is_reset(first[0]);
+  EXPECT_EQ(first[1].port, 1);
+  EXPECT_TRUE(first[1].has(net::kSyn) && !first[1].has(net::kAck) && !first[1].has(net::kRst));
+  EXPECT_EQ(first[1].p.seq, syn.p.seq);
+  EXPECT_EQ(first[1].p.src_port, syn.p.src_port);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
+  // Again in the same attempt: the RST only, the SYN keeps to its timer.
+  is_reset(only(b().deliver(o.segment(net::kAck), 1)));
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
   // A RST that acknowledges something else is dropped without an answer.
   EXPECT_TRUE(b().deliver(o.segment(net::kRst | net::kAck), 1).empty());
   EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);

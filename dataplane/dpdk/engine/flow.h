@@ -67,6 +67,7 @@ struct Flow {
   // Owner leg, gateway as client; the owner leg's ISN is the client's (DESIGN section 7).
   uint32_t node = UINT32_MAX;
   bool to_spill = false;
+  bool syn_after_reset = false;  // this connect attempt sent its SYN again after a RST (once)
   uint32_t owner_isn = 0;
   uint32_t o_rcv_nxt = 0;  // next owner byte (greeting)
   uint32_t o_snd_una = 0;  // replay bytes acknowledged by the owner

@@ -71,6 +71,7 @@ void Lcore::connect_to(Flow& fl, const Target& t) {
   }
   ++(fl.to_spill ? counters_.binds_spill : counters_.binds_owner);
   fl.state = FlowState::kConnecting;
+  fl.syn_after_reset = false;
   fl.deadline_ms = now_ms_ + config_.connect_timeout_ms;
   fl.o_snd_una = fl.o_snd_nxt = fl.client_isn + 1;
   send_owner_syn(fl);
@@ -139,10 +140,17 @@ void Lcore::owner_binding(Flow& fl, Frame* f, net::Packet& p) {
     if ((p.flags & net::kAck) && !acks_syn && !(p.flags & net::kRst)) {
       // An ACK of something else: most likely the owner's TIME_WAIT of an earlier connection
       // on this local port answering the SYN. As a host in SYN-SENT (RFC 793), reset it
-      // <SEQ=SEG.ACK>: that ends the TIME_WAIT, and the SYN's retransmission gets through.
+      // <SEQ=SEG.ACK>: that ends the TIME_WAIT. The SYN then goes again at once, behind the
+      // RST on the same path, rather than a whole syn_rto_ms later; once per attempt, so an
+      // owner that keeps answering so is left to the SYN's own timer.
       send_to_owner(fl, Seg{p.ack, 0, net::kRst, 0});
       ++counters_.resets_sent;
       drop(f);
+      if (!fl.syn_after_reset) {
+        fl.syn_after_reset = true;
+        ++counters_.retransmits;
+        send_owner_syn(fl);
+      }
       return;
     }
     if ((p.flags & (net::kSyn | net::kAck | net::kRst)) != (net::kSyn | net::kAck) || !acks_syn) {
