@@ -509,6 +509,18 @@ class UringEngineTest : public ::testing::TestWithParam<EngineOptions::SpliceMod
     engine_->start();
   }
 
+  // An engine of two workers (not started), the second with its own router and sink.
+  void open_two_workers(FakeRouter* router2, FakeSink* sink2) {
+    options_.workers = 2;
+    std::string error;
+    engine_ =
+        Engine::open(options_, config_,
+                     {WorkerParts{&router_, &sink_, &hooks_}, WorkerParts{router2, sink2, &hooks_}},
+                     nullptr_log(), &error);
+    if (!engine_ && error.find("io_uring") != std::string::npos) GTEST_SKIP() << error;
+    ASSERT_TRUE(engine_) << error;
+  }
+
   void TearDown() override {
     if (engine_) engine_->stop(0);
     std::lock_guard<std::mutex> l(log_mu_);
@@ -1278,16 +1290,10 @@ TEST_P(UringEngineTest, ConnectTimeoutFallsBackToSpill) {
 // A worker that does not answer in time (here: not running yet) is named, and the others are
 // still listed: every worker is asked before any answer is awaited.
 TEST_P(UringEngineTest, SessionsNameTheWorkersThatDoNotAnswer) {
-  options_.workers = 2;
   FakeRouter router2;
   FakeSink sink2;
-  std::string error;
-  engine_ =
-      Engine::open(options_, config_,
-                   {WorkerParts{&router_, &sink_, &hooks_}, WorkerParts{&router2, &sink2, &hooks_}},
-                   nullptr_log(), &error);
-  if (!engine_ && error.find("io_uring") != std::string::npos) GTEST_SKIP() << error;
-  ASSERT_TRUE(engine_) << error;
+  ASSERT_NO_FATAL_FAILURE(open_two_workers(&router2, &sink2));
+  if (IsSkipped()) return;
   size_t total = 9;
   std::vector<uint32_t> unanswered;
   std::vector<SessionView> v = engine_->sessions(10, &total, &unanswered, 50ms);
@@ -1310,18 +1316,11 @@ TEST_P(UringEngineTest, SessionsNameTheWorkersThatDoNotAnswer) {
 
 // sessions_max holds across workers exactly.
 TEST_P(UringEngineTest, SessionsMaxHoldsAcrossWorkers) {
-  options_.workers = 2;
   options_.sessions_max = 3;
-  std::vector<WorkerParts> parts;
   FakeRouter router2;
   FakeSink sink2;
-  std::string error;
-  engine_ =
-      Engine::open(options_, config_,
-                   {WorkerParts{&router_, &sink_, &hooks_}, WorkerParts{&router2, &sink2, &hooks_}},
-                   nullptr_log(), &error);
-  if (!engine_ && error.find("io_uring") != std::string::npos) GTEST_SKIP() << error;
-  ASSERT_TRUE(engine_) << error;
+  ASSERT_NO_FATAL_FAILURE(open_two_workers(&router2, &sink2));
+  if (IsSkipped()) return;
   engine_->start();
   auto total_active = [&] {
     return engine_->counters(0).active.load() + engine_->counters(1).active.load();
