@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "queue/cursor_file.h"
+#include "queue/huge_pages.h"
 #include "queue/segment_file.h"
 #include "queue/spill_log.h"
 
@@ -71,12 +72,13 @@ class EntryFifo {
       head_ = 0;
     }
   }
-  std::vector<Entry>::const_iterator begin() const { return v_.begin() + std::ptrdiff_t(head_); }
-  std::vector<Entry>::const_iterator end() const { return v_.end(); }
+  using Vector = std::vector<Entry, HugePageAllocator<Entry>>;  // recovery fills it at once
+  Vector::const_iterator begin() const { return v_.begin() + std::ptrdiff_t(head_); }
+  Vector::const_iterator end() const { return v_.end(); }
 
  private:
   static constexpr size_t kKeepCapacity = 1 << 16;  // entries kept allocated once drained
-  std::vector<Entry> v_;
+  Vector v_;
   size_t head_ = 0;
 };
 

@@ -145,7 +145,7 @@ bool recover_dir(const SpillOptions& options, RecoveredLog* out, RecoveryReport*
   std::vector<std::string> errors(found.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    std::vector<uint8_t> wbuf;
+    ByteWindow wbuf;
     for (size_t i; (i = next.fetch_add(1)) < found.size();)
       if (!scan_segment(found[i].fd, file_max, wbuf, &found[i].s, &errors[i]) && errors[i].empty())
         errors[i] = "scan failed";

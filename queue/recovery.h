@@ -21,7 +21,7 @@ struct RecoveredSegment {
   int fd = -1;  // O_RDWR, owned by the caller after recover_dir()
   uint64_t file_bytes = 0;
   uint64_t first_seq = 0;
-  std::vector<ScannedMessage> messages;
+  ScannedMessages messages;
   std::vector<uint32_t> queue_of_define;  // ScannedMessage::define -> index in queue_names
 };
 

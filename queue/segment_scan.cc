@@ -3,7 +3,6 @@
 #include "queue/segment_scan.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,33 +22,13 @@ constexpr size_t kWindowBytes = kScanWindowBytes;
 // preallocated space), so a damaged 64 MiB segment is not searched to its end for nothing.
 constexpr size_t kZeroBlockBytes = 4096;
 
-// The file's bytes for the scan. Preferred: the whole file mapped with MAP_POPULATE, which
-// reads it in large requests with no copy (recovery then runs at the disk's sequential read
-// speed). Used only when every page is resident after populating (mincore): a page that
-// failed to read would raise SIGBUS on access. Otherwise, and for any mmap failure: a window
-// of kWindowBytes read with pread, small enough to stay in cache for the CRC pass.
+// The file's bytes for the scan: a window of kWindowBytes filled with pread, small enough to
+// stay in cache for the CRC pass. pread rather than a mapping of the file: the copy out of the
+// page cache costs less than reading the file's pages through a mapping (measured: README
+// "Spill log", recovery).
 class Reader {
  public:
-  Reader(int fd, uint64_t size, std::vector<uint8_t>& buf) : fd_(fd), size_(size), buf_(buf) {
-    if (size_ == 0) return;
-    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-    if (m == MAP_FAILED) return;
-    const size_t page = size_t(::sysconf(_SC_PAGESIZE));
-    std::vector<unsigned char> resident((size_ + page - 1) / page);
-    bool all = ::mincore(m, size_, resident.data()) == 0;
-    for (size_t i = 0; all && i < resident.size(); ++i)
-      all = (resident[i] & 1) != 0;
-    if (all) {
-      map_ = static_cast<const uint8_t*>(m);
-      base_ = 0;
-      have_ = size_;
-    } else {
-      ::munmap(m, size_);
-    }
-  }
-  ~Reader() {
-    if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
-  }
+  Reader(int fd, uint64_t size, ByteWindow& buf) : fd_(fd), size_(size), buf_(buf) {}
   Reader(const Reader&) = delete;
   Reader& operator=(const Reader&) = delete;
 
@@ -58,7 +37,7 @@ class Reader {
   bool ensure(uint64_t from, uint64_t to, std::string* error) {
     to = std::min(to, size_);
     if (to <= base_ + have_) return true;
-    if (buf_.size() < kWindowBytes) buf_.resize(kWindowBytes);
+    buf_.reserve(kWindowBytes);
     if (to - base_ > buf_.size()) {  // slide: keep [from, base_ + have_)
       const uint64_t keep = base_ + have_ - from;
       std::memmove(buf_.data(), buf_.data() + (from - base_), size_t(keep));
@@ -84,7 +63,7 @@ class Reader {
   }
   uint64_t size() const { return size_; }
   // Bytes available from `pos` (which must be inside the window).
-  const uint8_t* at(uint64_t pos) const { return map_ ? map_ + pos : buf_.data() + (pos - base_); }
+  const uint8_t* at(uint64_t pos) const { return buf_.data() + (pos - base_); }
   uint64_t avail(uint64_t pos) const { return base_ + have_ - pos; }
 
  private:
@@ -92,8 +71,7 @@ class Reader {
   uint64_t size_;
   uint64_t base_ = 0;
   uint64_t have_ = 0;
-  const uint8_t* map_ = nullptr;
-  std::vector<uint8_t>& buf_;
+  ByteWindow& buf_;
 };
 
 bool all_zero(const uint8_t* p, size_t n) {
@@ -120,7 +98,7 @@ std::string_view segment_end_name(SegmentEnd e) {
   return "?";
 }
 
-bool scan_segment(int fd, uint64_t file_bytes_max, std::vector<uint8_t>& buf, ScannedSegment* out,
+bool scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& buf, ScannedSegment* out,
                   std::string* error) {
   *out = ScannedSegment{};
   struct stat st;

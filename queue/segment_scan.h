@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "queue/format.h"
+#include "queue/huge_pages.h"
 
 namespace sluice::queue {
 
@@ -28,6 +29,8 @@ struct ScannedMessage {
   uint32_t bytes = 0;   // aligned footprint
   uint32_t define = 0;  // index into ScannedSegment::defines
 };
+// A segment's messages: 64 MiB of 1 KiB records is 64 Ki entries, so it lives in huge pages.
+using ScannedMessages = std::vector<ScannedMessage, HugePageAllocator<ScannedMessage>>;
 
 struct ScannedDefine {
   uint32_t queue_id = 0;  // as written in this segment
@@ -47,14 +50,14 @@ struct ScannedSegment {
   // records with a good CRC were found there by resynchronising (these are not recovered).
   uint64_t damaged_bytes = 0;
   uint64_t damaged_records = 0;
-  std::vector<ScannedMessage> messages;
+  ScannedMessages messages;
   std::vector<ScannedDefine> defines;
 };
 
 // Scans the open segment `fd` (at most `file_bytes_max` bytes of it; a bigger file is damage).
-// `buf` is reused between calls. Returns false with `error` set only for an I/O error; damaged
+// `window` is reused between calls. Returns false with `error` set only for an I/O error; damaged
 // content is reported in `out`, never as an error.
-bool scan_segment(int fd, uint64_t file_bytes_max, std::vector<uint8_t>& buf, ScannedSegment* out,
+bool scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& window, ScannedSegment* out,
                   std::string* error);
 
 }  // namespace sluice::queue
