@@ -188,35 +188,49 @@ ParseResult Parser::fail(ParseError e) {
 ParseResult Parser::parse(std::string_view buf) {
 #if defined(__SSE2__)
   // Most frames arrive whole with plain headers: between frames, with a frame's first bytes
-  // (not a heart-beat) in hand, one bitmask pass and no state switch. Anything unusual, or a
-  // frame not yet all there, goes through the general incremental path, which gives the same
-  // result for every input the fast path accepts.
-  if (state_ == State::kGap && !buf.empty() && buf[0] != '\n' && buf[0] != '\r') {
-    if (buf.size() >= 64) {
-      // The head and the frame's end in one call.
-      detail::FrameHead head;
-      if (detail::scan_frame(buf, limits_, slots_, &head)) {
-        if (head.nul != detail::kNoFrameEnd) return complete_fast(buf, head, head.nul);
-        adopt(head);
-        return end_headers(buf);
-      }
-    } else {
-      // A frame shorter than one block (a CONNECT, a CONNECTED, a short SEND) is scanned from a
-      // zero-padded copy. The padding cannot complete a head the bytes do not hold: a NUL ends
-      // a line but never a head, and where a head needs one more byte than buf has, the scan
-      // finds a NUL there and leaves the frame to the general path. The frame itself is taken
-      // from buf.
-      char block[64] = {};
-      std::memcpy(block, buf.data(), buf.size());
-      ParseResult r;
-      if (parse_fast(buf, std::string_view(block, sizeof block), &r)) return r;
+  // (not a heart-beat) in hand, one bitmask pass that finds the head and the frame's end, and
+  // no state switch. Everything else is out of line (parse_rest), so that this path saves and
+  // restores few registers. The general incremental path gives the same result for every
+  // input the bitmask pass accepts.
+  if (state_ == State::kGap && buf.size() >= 64 && buf[0] != '\n' && buf[0] != '\r') {
+    detail::FrameHead head;
+    if (detail::scan_frame(buf, limits_, slots_, &head)) {
+      if (head.nul != detail::kNoFrameEnd) return complete_fast(buf, head, head.nul);
+      return body_pending(buf, head);
     }
+    state_ = State::kCommand;
+    pos_ = 0;
+  }
+#endif
+  return parse_rest(buf);
+}
+
+ParseResult Parser::parse_rest(std::string_view buf) {
+#if defined(__SSE2__)
+  if (state_ == State::kGap && !buf.empty() && buf.size() < 64 && buf[0] != '\n' &&
+      buf[0] != '\r') {
+    // A frame shorter than one block (a CONNECT, a CONNECTED, a short SEND) is scanned from a
+    // zero-padded copy. The padding cannot complete a head the bytes do not hold: a NUL ends
+    // a line but never a head, and where a head needs one more byte than buf has, the scan
+    // finds a NUL there and leaves the frame to the general path. The frame itself is taken
+    // from buf.
+    char block[64] = {};
+    std::memcpy(block, buf.data(), buf.size());
+    ParseResult r;
+    if (parse_fast(buf, std::string_view(block, sizeof block), &r)) return r;
     state_ = State::kCommand;
     pos_ = 0;
   }
 #endif
   return parse_general(buf);
 }
+
+#if defined(__SSE2__)
+ParseResult Parser::body_pending(std::string_view buf, const detail::FrameHead& head) {
+  adopt(head);
+  return end_headers(buf);
+}
+#endif
 
 #if defined(__SSE2__)
 bool Parser::parse_fast(std::string_view buf, std::string_view scan, ParseResult* out) {

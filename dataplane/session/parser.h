@@ -156,6 +156,9 @@ class Parser {
   // Every state and every frame the fast path in parse() leaves (kept out of line, so that
   // path stays short).
   [[gnu::noinline]] ParseResult parse_general(std::string_view buf);
+  // What parse() does not do inline: short buffers (a padded copy for the bitmask pass), the
+  // states between a frame's first bytes and its end, heart-beats.
+  [[gnu::noinline]] ParseResult parse_rest(std::string_view buf);
   ParseResult scan_command(std::string_view buf);
   ParseResult scan_headers(std::string_view buf);
   ParseResult end_headers(std::string_view buf);
@@ -166,6 +169,8 @@ class Parser {
   ParseResult complete_fast(std::string_view buf, const detail::FrameHead& head, size_t nul_index);
   // Takes such a head as the frame in progress, its body to be scanned by end_headers().
   void adopt(const detail::FrameHead& head);
+  // adopt(), then end_headers(): a head the bitmask pass accepted whose body is not all in buf.
+  [[gnu::noinline]] ParseResult body_pending(std::string_view buf, const detail::FrameHead& head);
   ParseResult complete(std::string_view buf, size_t nul_index);
   bool take_header(std::string_view buf, size_t line_end, ParseError* error);
 
