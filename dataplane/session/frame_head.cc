@@ -64,9 +64,18 @@ inline unsigned popcount_swar(uint64_t x) {
 }
 
 // The vector width a copy of the head scan is built for: its block masks and bit count.
+// The first NUL in p[from, to) for a body: the C library's scan in the baseline copy.
+inline size_t find_nul_memchr(const char* p, size_t from, size_t to) {
+  const void* hit = std::memchr(p + from, '\0', to - from);
+  return hit ? size_t(static_cast<const char*>(hit) - p) : kNotFound;
+}
+
 struct IsaSse2 {
   static HeadBlock block(const char* p) { return head_block_sse2(p); }
   static unsigned popcount(uint64_t x) { return popcount_swar(x); }
+  static size_t find_nul(const char* p, size_t from, size_t to) {
+    return find_nul_memchr(p, from, to);
+  }
 };
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -107,14 +116,79 @@ struct IsaSse2 {
                        uint64_t(uint32_t(_mm256_movemask_epi8(nul_hi))) << 32};
 }
 
+// The first NUL in p[from, to) (kNotFound: none), inline in the frame scan rather than a
+// library call: 128 bytes a step (their unsigned minimum is zero where any byte is), then at
+// most two 64-byte blocks, the last one ending at `to` and masked below what is left. Reads only
+// p[min(from, to - 64), to), so needs to >= 64.
+[[gnu::target("avx2,bmi")]] inline uint64_t nul_mask_avx2(const char* p) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+  return uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, zero)))) |
+         uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, zero)))) << 32;
+}
+
+[[gnu::target("avx2,bmi")]] inline size_t find_nul_avx2(const char* p, size_t from, size_t to) {
+  size_t i = from;
+  for (; i + 128 <= to; i += 128) {
+    const auto* v = reinterpret_cast<const __m256i*>(p + i);
+    const __m256i m =
+        _mm256_min_epu8(_mm256_min_epu8(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1)),
+                        _mm256_min_epu8(_mm256_loadu_si256(v + 2), _mm256_loadu_si256(v + 3)));
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(m, _mm256_setzero_si256())) != 0) {
+      const uint64_t a = nul_mask_avx2(p + i);
+      return a != 0 ? i + size_t(__builtin_ctzll(a))
+                    : i + 64 + size_t(__builtin_ctzll(nul_mask_avx2(p + i + 64)));
+    }
+  }
+  while (i < to) {
+    const size_t at = i + 64 <= to ? i : to - 64;
+    const uint64_t m = nul_mask_avx2(p + at) & (~uint64_t{0} << (i - at));
+    if (m != 0) return at + size_t(__builtin_ctzll(m));
+    i = at + 64;
+  }
+  return kNotFound;
+}
+
+[[gnu::target("avx512bw,bmi")]] inline uint64_t nul_mask_avx512(const char* p) {
+  const __m512i v = _mm512_loadu_si512(p);
+  return _mm512_testn_epi8_mask(v, v);
+}
+
+[[gnu::target("avx512bw,bmi")]] inline size_t find_nul_avx512(const char* p, size_t from,
+                                                              size_t to) {
+  size_t i = from;
+  for (; i + 128 <= to; i += 128) {
+    const __m512i m = _mm512_min_epu8(_mm512_loadu_si512(p + i), _mm512_loadu_si512(p + i + 64));
+    if (_mm512_testn_epi8_mask(m, m) != 0) {
+      const uint64_t a = nul_mask_avx512(p + i);
+      return a != 0 ? i + size_t(__builtin_ctzll(a))
+                    : i + 64 + size_t(__builtin_ctzll(nul_mask_avx512(p + i + 64)));
+    }
+  }
+  while (i < to) {
+    const size_t at = i + 64 <= to ? i : to - 64;
+    const uint64_t m = nul_mask_avx512(p + at) & (~uint64_t{0} << (i - at));
+    if (m != 0) return at + size_t(__builtin_ctzll(m));
+    i = at + 64;
+  }
+  return kNotFound;
+}
+
 struct IsaAvx2 {
   static HeadBlock block(const char* p) { return head_block_avx2(p); }
+  static size_t find_nul(const char* p, size_t from, size_t to) {
+    return to >= 64 ? find_nul_avx2(p, from, to) : find_nul_memchr(p, from, to);
+  }
   [[gnu::target("popcnt")]] static unsigned popcount(uint64_t x) {
     return unsigned(__builtin_popcountll(x));
   }
 };
 struct IsaAvx512 {
   static HeadBlock block(const char* p) { return head_block_avx512(p); }
+  static size_t find_nul(const char* p, size_t from, size_t to) {
+    return to >= 64 ? find_nul_avx512(p, from, to) : find_nul_memchr(p, from, to);
+  }
   [[gnu::target("popcnt")]] static unsigned popcount(uint64_t x) {
     return unsigned(__builtin_popcountll(x));
   }
@@ -146,6 +220,23 @@ size_t head_block_variants(const char* p, HeadBlockMasks* out, size_t max) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if (__builtin_cpu_supports("avx2")) put(head_block_avx2(p));
   if (__builtin_cpu_supports("avx512bw")) put(head_block_avx512(p));
+#endif
+  return n;
+}
+
+size_t find_nul_variants(const char* p, size_t from, size_t to, size_t* out, size_t max) {
+  size_t n = 0;
+  auto put = [&](size_t at) {
+    if (n < max) out[n++] = at;
+  };
+  put(IsaSse2::find_nul(p, from, to));
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi")) {
+    put(IsaAvx2::find_nul(p, from, to));
+  }
+  if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("bmi")) {
+    put(IsaAvx512::find_nul(p, from, to));
+  }
 #endif
   return n;
 }
@@ -382,6 +473,7 @@ bool crlf_head(std::string_view buf, HeadMasks<Isa>& h, size_t first, const Fram
 // The index of the NUL ending a frame whose head scan_head() accepted, as the incremental path's
 // end_headers() and scan_body() would find it; kNoFrameEnd when the frame is not all in buf or
 // breaks a limit (that path then gives the error).
+template <typename Isa>
 [[gnu::always_inline]] inline size_t end_of_frame(std::string_view buf, const FrameLimits& limits,
                                                   Command c, const HeadLines& lines) {
   const bool body_allowed = c == Command::kSend || command_allows_body(c);
@@ -413,8 +505,8 @@ bool crlf_head(std::string_view buf, HeadMasks<Isa>& h, size_t first, const Fram
     from = lines.block + 64;
     if (from >= to) return kNoFrameEnd;
   }
-  const void* hit = std::memchr(buf.data() + from, '\0', to - from);
-  return hit ? size_t(static_cast<const char*>(hit) - buf.data()) : kNoFrameEnd;
+  const size_t nul = Isa::find_nul(buf.data(), from, to);
+  return nul != kNotFound ? nul : kNoFrameEnd;
 }
 
 template <typename Isa, bool kFindEnd>
@@ -452,7 +544,7 @@ template <typename Isa, bool kFindEnd>
     if (!named) return false;
     c = *named;
   }
-  const size_t nul = kFindEnd ? end_of_frame(buf, limits, c, lines) : kNoFrameEnd;
+  const size_t nul = kFindEnd ? end_of_frame<Isa>(buf, limits, c, lines) : kNoFrameEnd;
   *out = FrameHead{c, first, lines.body_start, lines.count, lines.length, indexed, nul};
   return true;
 }
@@ -533,7 +625,7 @@ size_t frame_end(std::string_view buf, const FrameLimits& limits, const FrameHea
   lines.body_start = head.body_start;
   lines.count = head.count;
   lines.length = head.length;
-  return end_of_frame(buf, limits, head.command, lines);
+  return end_of_frame<IsaSse2>(buf, limits, head.command, lines);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)

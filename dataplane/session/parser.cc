@@ -308,7 +308,7 @@ ParseResult Parser::scan_headers(std::string_view buf) {
 #if defined(__SSE2__)
   // Masks of the 64-byte block starting at blk; one block serves the several lines inside it,
   // so the loop over lines does not branch on each 16 bytes.
-  detail::HeadBlock m{0, 0, 0};
+  detail::HeadBlock m{0, 0, 0, 0};
   size_t blk = kNotFound;
 #endif
   for (;;) {

@@ -38,6 +38,9 @@ struct HeadBlockMasks {
   uint64_t nul;
 };
 size_t head_block_variants(const char* p, HeadBlockMasks* out, size_t max);
+// The first NUL in p[from, to) (to >= 64; ~0 when none) as the body scan of every vector width
+// this CPU supports finds it; for the test that holds them equal to memchr. Returns how many.
+size_t find_nul_variants(const char* p, size_t from, size_t to, size_t* out, size_t max);
 }  // namespace detail
 
 // A parsed frame: views into the caller's buffer, valid until the caller moves or reuses those

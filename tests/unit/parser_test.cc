@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -1191,6 +1192,34 @@ TEST(HeadBlockTest, EveryVectorWidthGivesTheReferenceMasks) {
       ASSERT_EQ(got[v].colon, colon) << "variant " << v << " round " << round;
       ASSERT_EQ(got[v].odd, odd) << "variant " << v << " round " << round;
       ASSERT_EQ(got[v].nul, nul) << "variant " << v << " round " << round;
+    }
+  }
+  RecordProperty("variants", int(variants));
+}
+
+// The body's NUL scan (128 bytes a step, then overlapping 64-byte blocks up to the end) must
+// find what memchr finds for every start, end and NUL position, including none.
+TEST(HeadBlockTest, EveryVectorWidthFindsTheBodyNulAsMemchr) {
+  std::mt19937_64 rng(20261201);
+  std::vector<char> buf(700);
+  size_t variants = 0;
+  for (int round = 0; round < 20000; ++round) {
+    for (char& c : buf)
+      c = char('a' + rng() % 26);
+    const size_t to = 64 + rng() % (buf.size() - 63);
+    const size_t from = rng() % (to + 1);
+    // None, one, or two NULs (the first counts), placed anywhere in the buffer: some before
+    // `from` or at and past `to`, where they must be ignored.
+    const int nuls = int(rng() % 3);
+    for (int k = 0; k < nuls; ++k)
+      buf[rng() % buf.size()] = '\0';
+    const void* hit = std::memchr(buf.data() + from, '\0', to - from);
+    const size_t want = hit ? size_t(static_cast<const char*>(hit) - buf.data()) : ~size_t{0};
+    size_t got[4];
+    variants = detail::find_nul_variants(buf.data(), from, to, got, 4);
+    ASSERT_GE(variants, 1u);
+    for (size_t v = 0; v < variants; ++v) {
+      ASSERT_EQ(got[v], want) << "variant " << v << " from " << from << " to " << to;
     }
   }
   RecordProperty("variants", int(variants));
