@@ -105,7 +105,8 @@ TEST(ConfigExample, LoadsAndDocumentsTheDefaults) {
   ASSERT_EQ(e, nullptr) << e->to_string();
   const GatewayConfig& c = std::get<GatewayConfig>(r);
   // Every value the example writes out is the default it documents.
-  expect_same_settings(c, GatewayConfig{});
+  const GatewayConfig defaults;
+  expect_same_settings(c, defaults);
   EXPECT_EQ(c.session.server, "sluice/" SLUICE_VERSION);
   ASSERT_EQ(c.nodes.size(), 2u);
   EXPECT_EQ(c.nodes[0].name, "rabbit1");
@@ -236,7 +237,8 @@ TEST(ConfigExample, MentionsEveryKey) {
 
 TEST(Config, MinimalConfigWithOneNodeUsesEveryDefault) {
   GatewayConfig c = must_parse(kOneNode);
-  expect_same_settings(c, GatewayConfig{});
+  const GatewayConfig defaults;
+  expect_same_settings(c, defaults);
   EXPECT_EQ(c.id, "sluice");
   EXPECT_EQ(c.listen.host, "0.0.0.0");
   EXPECT_EQ(c.listen.port, 61613);
@@ -956,8 +958,9 @@ TEST(ConfigExample, DocumentsTheSpillAuthDefaults) {
   ConfigResult r = load_config(kExamplePath);
   ASSERT_TRUE(std::holds_alternative<GatewayConfig>(r));
   const GatewayConfig& c = std::get<GatewayConfig>(r);
-  EXPECT_EQ(c.spill.users_file, GatewayConfig{}.spill.users_file);
-  EXPECT_EQ(c.spill.allow_anonymous, GatewayConfig{}.spill.allow_anonymous);
+  const GatewayConfig defaults;
+  EXPECT_EQ(c.spill.users_file, defaults.spill.users_file);
+  EXPECT_EQ(c.spill.allow_anonymous, defaults.spill.allow_anonymous);
   const std::string text = read_file(kExamplePath);
   EXPECT_NE(text.find("# users_file = "), std::string::npos);
   EXPECT_NE(text.find("\nallow_anonymous = false\n"), std::string::npos);
