@@ -228,7 +228,8 @@ struct LogState {
   bool pull();
   enum class Place : uint8_t { kDone, kStall };
   Place place(SpillProducer& p, const AppendMsg& m, uint64_t now_ns);
-  bool work_available() const;
+  // Anything to do; `disk`: while a batch is written (producers count only past half full).
+  bool work_available(bool disk) const;
   void fail_batches(AppendStatus st);
   void prune_queues_locked();
   bool apply_deliveries();

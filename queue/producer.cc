@@ -14,10 +14,17 @@ SpillProducer::SpillProducer(SpillLog& log, uint32_t index, uint32_t ring_depth,
     : log_(log),
       index_(index),
       ring_(ring_depth),
+      ring_depth_(ring_depth),
       done_(ring_depth),
       arena_bytes_(arena_bytes),
       arena_(new char[arena_bytes]),
       notify_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+bool SpillProducer::past_half() const {
+  return ring_.read_available() * 2 >= ring_depth_ ||
+         (head_seen_.load(std::memory_order_relaxed) - tail_.load(std::memory_order_relaxed)) * 2 >=
+             arena_bytes_;
+}
 
 SpillProducer::~SpillProducer() {
   if (notify_fd_ >= 0) ::close(notify_fd_);
@@ -67,11 +74,16 @@ AppendResult SpillProducer::append(uint64_t token, std::string_view vhost, std::
     return AppendResult::kRingFull;
   }
   head_ = pos + total;
+  head_seen_.store(head_, std::memory_order_relaxed);
   ++appended_;
   // Pairs with the fence after the spill thread announces it sleeps: either it sees this
-  // message when it looks again, or we see it sleeping and wake it.
+  // message (or this producer past half full) when it looks again, or we see it sleeping and
+  // wake it.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (log_.sleeping_.load(std::memory_order_relaxed)) log_.wake();
+  const uint8_t sleeping = log_.sleeping_.load(std::memory_order_relaxed);
+  if (sleeping == SpillLog::kIdleSleep || (sleeping == SpillLog::kDiskSleep && past_half())) {
+    log_.wake();
+  }
   return AppendResult::kQueued;
 }
 

@@ -363,7 +363,7 @@ SpillLog::~SpillLog() {
 }
 
 void SpillLog::wake() {
-  if (sleeping_.exchange(false)) {
+  if (sleeping_.exchange(kAwake) != kAwake) {
     uint64_t one = 1;
     [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
   }
@@ -447,7 +447,7 @@ bool SpillLog::mark_delivered(std::string_view vhost, std::string_view queue, ui
     }
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (sleeping_.load(std::memory_order_relaxed)) wake();
+  if (sleeping_.load(std::memory_order_relaxed) != kAwake) wake();
   return true;
 }
 

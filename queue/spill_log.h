@@ -77,10 +77,18 @@ class SpillLog {
   friend struct LogState;
   void wake();  // from a producer, when the spill thread sleeps
 
+  // What the spill thread waits for while it sleeps, so that producers wake it only when it
+  // has a use for their records: when idle, any record; while a batch is being written, only a
+  // producer past half its ring or arena (its records are otherwise taken when the batch
+  // completes: waking for each one cost a thread switch per few records on a shared core).
+  static constexpr uint8_t kAwake = 0;
+  static constexpr uint8_t kIdleSleep = 1;
+  static constexpr uint8_t kDiskSleep = 2;
+
   SpillMetrics metrics_;
   std::unique_ptr<LogState> st_;
   std::vector<std::unique_ptr<SpillProducer>> producers_;
-  alignas(64) std::atomic<bool> sleeping_{false};
+  alignas(64) std::atomic<uint8_t> sleeping_{kAwake};
   int wake_fd_ = -1;
 };
 

@@ -63,6 +63,7 @@ class SpillProducer {
   SpillLog& log_;
   const uint32_t index_;
   SpscRing<AppendMsg> ring_;
+  const size_t ring_depth_;
   SpscRing<Completion> done_;
   const uint64_t arena_bytes_;
   std::unique_ptr<char[]> arena_;
@@ -70,6 +71,11 @@ class SpillProducer {
   uint64_t appended_ = 0;   // owner
   uint64_t completed_ = 0;  // owner
   int notify_fd_ = -1;
+  // Either thread: half the ring or half the arena holds records the spill thread has not
+  // taken (while a batch is written, only then is it worth waking for them).
+  bool past_half() const;
+  // Owner: head_ as published for past_half() on the spill thread.
+  std::atomic<uint64_t> head_seen_{0};
   // Spill thread: arena bytes before this position are free again.
   alignas(64) std::atomic<uint64_t> tail_{0};
   // Owner sets it before sleeping; the spill thread clears it and writes notify_fd_.

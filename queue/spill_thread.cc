@@ -49,9 +49,9 @@ void LogState::arm_wake() {
   io_uring_submit(&ring);
 }
 
-bool LogState::work_available() const {
+bool LogState::work_available(bool disk) const {
   for (const auto& p : log.producers_)
-    if (p->ring_.read_available() > 0) return true;
+    if (disk ? p->past_half() : p->ring_.read_available() > 0) return true;
   if (stopping.load(std::memory_order_relaxed)) return true;
   if (sync_req_seen.load(std::memory_order_acquire) > sync_handled) return true;
   std::lock_guard<std::mutex> l(mu);
@@ -84,18 +84,20 @@ void LogState::run() {
     }
     if (progress) continue;
     if (inflight) {
-      // Waiting for the disk: producers may wake us (as when idle), so their records are
-      // copied into the next batch while this one is written, not after.
+      // Waiting for the disk: a producer past half its ring or arena wakes us, so that its
+      // records are copied into the next batch while this one is written and it never fills;
+      // fewer records wait for the batch's completion (a wake per append here cost the
+      // producers' threads a switch every few records when they share a core with us).
       // When the next batch cannot take more (full, or the segment is being sealed), waiting
       // records are no reason to wake: only the disk is.
       if (stalled) {
         reap(true);
         continue;
       }
-      log.sleeping_.store(true, std::memory_order_relaxed);
+      log.sleeping_.store(SpillLog::kDiskSleep, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (!work_available()) reap(true);
-      log.sleeping_.store(false, std::memory_order_relaxed);
+      if (!work_available(true)) reap(true);
+      log.sleeping_.store(SpillLog::kAwake, std::memory_order_relaxed);
       continue;
     }
     if (stopping.load()) {
@@ -106,10 +108,10 @@ void LogState::run() {
       continue;
     }
     // Idle: announce it, look once more (pairs with the producers' fence), then block.
-    log.sleeping_.store(true, std::memory_order_relaxed);
+    log.sleeping_.store(SpillLog::kIdleSleep, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!work_available()) reap(true);
-    log.sleeping_.store(false, std::memory_order_relaxed);
+    if (!work_available(false)) reap(true);
+    log.sleeping_.store(SpillLog::kAwake, std::memory_order_relaxed);
   }
   apply_deliveries();
   maybe_delete();
