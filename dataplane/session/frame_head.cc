@@ -116,59 +116,53 @@ struct IsaSse2 {
                        uint64_t(uint32_t(_mm256_movemask_epi8(nul_hi))) << 32};
 }
 
-// The first NUL in p[from, to) (kNotFound: none), inline in the frame scan rather than a
-// library call: 128 bytes a step (their unsigned minimum is zero where any byte is), then at
-// most two 64-byte blocks, the last one ending at `to` and masked below what is left. Reads only
-// p[min(from, to - 64), to), so needs to >= 64.
-[[gnu::target("avx2,bmi")]] inline uint64_t nul_mask_avx2(const char* p) {
-  const __m256i zero = _mm256_setzero_si256();
-  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
-  return uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, zero)))) |
-         uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, zero)))) << 32;
-}
-
-[[gnu::target("avx2,bmi")]] inline size_t find_nul_avx2(const char* p, size_t from, size_t to) {
-  size_t i = from;
-  for (; i + 128 <= to; i += 128) {
-    const auto* v = reinterpret_cast<const __m256i*>(p + i);
+// The body's NUL scan for one vector width: nul_mask(p), bit k set where p[k] (of 64 bytes) is
+// NUL, and any_nul128(p), whether any of 128 bytes is.
+struct NulAvx2 {
+  [[gnu::target("avx2,bmi")]] static uint64_t nul_mask(const char* p) {
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+    return uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, zero)))) |
+           uint64_t(uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, zero)))) << 32;
+  }
+  // Their unsigned minimum is zero where any byte is.
+  [[gnu::target("avx2,bmi")]] static bool any_nul128(const char* p) {
+    const auto* v = reinterpret_cast<const __m256i*>(p);
     const __m256i m =
         _mm256_min_epu8(_mm256_min_epu8(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1)),
                         _mm256_min_epu8(_mm256_loadu_si256(v + 2), _mm256_loadu_si256(v + 3)));
-    if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(m, _mm256_setzero_si256())) != 0) {
-      const uint64_t a = nul_mask_avx2(p + i);
-      return a != 0 ? i + size_t(__builtin_ctzll(a))
-                    : i + 64 + size_t(__builtin_ctzll(nul_mask_avx2(p + i + 64)));
-    }
+    return _mm256_movemask_epi8(_mm256_cmpeq_epi8(m, _mm256_setzero_si256())) != 0;
   }
-  while (i < to) {
-    const size_t at = i + 64 <= to ? i : to - 64;
-    const uint64_t m = nul_mask_avx2(p + at) & (~uint64_t{0} << (i - at));
-    if (m != 0) return at + size_t(__builtin_ctzll(m));
-    i = at + 64;
+};
+
+struct NulAvx512 {
+  [[gnu::target("avx512bw,bmi")]] static uint64_t nul_mask(const char* p) {
+    const __m512i v = _mm512_loadu_si512(p);
+    return _mm512_testn_epi8_mask(v, v);
   }
-  return kNotFound;
-}
+  [[gnu::target("avx512bw,bmi")]] static bool any_nul128(const char* p) {
+    const __m512i m = _mm512_min_epu8(_mm512_loadu_si512(p), _mm512_loadu_si512(p + 64));
+    return _mm512_testn_epi8_mask(m, m) != 0;
+  }
+};
 
-[[gnu::target("avx512bw,bmi")]] inline uint64_t nul_mask_avx512(const char* p) {
-  const __m512i v = _mm512_loadu_si512(p);
-  return _mm512_testn_epi8_mask(v, v);
-}
-
-[[gnu::target("avx512bw,bmi")]] inline size_t find_nul_avx512(const char* p, size_t from,
-                                                              size_t to) {
+// The first NUL in p[from, to) (kNotFound: none), inline in the frame scan rather than a
+// library call: 128 bytes a step, then at most two 64-byte blocks, the last one ending at `to`
+// and masked below what is left. Reads only p[min(from, to - 64), to), so needs to >= 64.
+template <typename V>
+[[gnu::always_inline]] inline size_t find_nul_vector(const char* p, size_t from, size_t to) {
   size_t i = from;
   for (; i + 128 <= to; i += 128) {
-    const __m512i m = _mm512_min_epu8(_mm512_loadu_si512(p + i), _mm512_loadu_si512(p + i + 64));
-    if (_mm512_testn_epi8_mask(m, m) != 0) {
-      const uint64_t a = nul_mask_avx512(p + i);
+    if (V::any_nul128(p + i)) {
+      const uint64_t a = V::nul_mask(p + i);
       return a != 0 ? i + size_t(__builtin_ctzll(a))
-                    : i + 64 + size_t(__builtin_ctzll(nul_mask_avx512(p + i + 64)));
+                    : i + 64 + size_t(__builtin_ctzll(V::nul_mask(p + i + 64)));
     }
   }
   while (i < to) {
     const size_t at = i + 64 <= to ? i : to - 64;
-    const uint64_t m = nul_mask_avx512(p + at) & (~uint64_t{0} << (i - at));
+    const uint64_t m = V::nul_mask(p + at) & (~uint64_t{0} << (i - at));
     if (m != 0) return at + size_t(__builtin_ctzll(m));
     i = at + 64;
   }
@@ -178,7 +172,7 @@ struct IsaSse2 {
 struct IsaAvx2 {
   static HeadBlock block(const char* p) { return head_block_avx2(p); }
   static size_t find_nul(const char* p, size_t from, size_t to) {
-    return to >= 64 ? find_nul_avx2(p, from, to) : find_nul_memchr(p, from, to);
+    return to >= 64 ? find_nul_vector<NulAvx2>(p, from, to) : find_nul_memchr(p, from, to);
   }
   [[gnu::target("popcnt")]] static unsigned popcount(uint64_t x) {
     return unsigned(__builtin_popcountll(x));
@@ -187,7 +181,7 @@ struct IsaAvx2 {
 struct IsaAvx512 {
   static HeadBlock block(const char* p) { return head_block_avx512(p); }
   static size_t find_nul(const char* p, size_t from, size_t to) {
-    return to >= 64 ? find_nul_avx512(p, from, to) : find_nul_memchr(p, from, to);
+    return to >= 64 ? find_nul_vector<NulAvx512>(p, from, to) : find_nul_memchr(p, from, to);
   }
   [[gnu::target("popcnt")]] static unsigned popcount(uint64_t x) {
     return unsigned(__builtin_popcountll(x));
