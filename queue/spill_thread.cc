@@ -227,7 +227,7 @@ LogState::Place LogState::place(SpillProducer& p, const AppendMsg& m, uint64_t n
     if (!create_segment(&create_status)) return refuse(create_status);
   }
   SegmentState& seg = segments.at(active);
-  if (acc->empty()) {
+  if (!acc->has_writes()) {  // refusals may be in it already: they are not laid out
     acc->segment = active;
     acc->file_offset = seg.write_end;
   }

@@ -212,6 +212,65 @@ TEST(SpillLog, QueueLimitRefusesWithSpillFullUntilDelivered) {
   EXPECT_EQ(append_wait(log->producer(0), 7, "/", "q", "", "m").status, AppendStatus::kDurable);
 }
 
+// A refusal can open a batch (a full queue's append first, while the previous batch is being
+// written); the records placed after it must still go at the segment's write end, not where
+// the same batch buffer wrote two batches ago.
+TEST(SpillLog, RefusalsOpeningABatchDoNotMisplaceTheRecordsAfterThem) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.segment_bytes = 4 << 20;
+  o.queue_messages_max = 20;
+  std::vector<std::string> kept;
+  {
+    RecoveryReport rep;
+    auto log = open_log(o, &rep);
+    ASSERT_TRUE(log);
+    log->start();
+    for (int i = 0; i < 20; ++i)
+      ASSERT_EQ(append_wait(log->producer(0), uint64_t(i), "/", "full", "", "f").status,
+                AppendStatus::kDurable);
+    // Alternate: refused (queue full) and accepted, as many in flight as the ring takes.
+    SpillProducer& p = log->producer(0);
+    uint64_t next = 0, answered = 0;
+    int misanswered = 0;
+    const uint64_t total = 4000;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (answered < total && std::chrono::steady_clock::now() < deadline) {
+      while (next < total) {
+        const bool refused = next % 2 == 0;
+        const std::string body = refused ? "r" : body_of(int(next), 300);
+        // Accepted ones rotate over queues so that none reaches its limit.
+        const std::string queue = refused ? "full" : "ok" + std::to_string(next % 400);
+        if (p.append(next, "/", queue, "", body) != AppendResult::kQueued) break;
+        ++next;
+      }
+      p.poll(
+          [&](const Completion& c) {
+            const AppendStatus want =
+                c.token % 2 == 0 ? AppendStatus::kQueueFull : AppendStatus::kDurable;
+            if (c.token != answered || c.status != want) ++misanswered;
+            ++answered;
+          },
+          64);
+      p.wait(20);
+    }
+    ASSERT_EQ(answered, total);
+    EXPECT_EQ(misanswered, 0);
+  }
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  EXPECT_TRUE(rep.issues.empty()) << rep.issues[0].reason;
+  EXPECT_EQ(rep.messages, 20u + 2000u);
+  EXPECT_EQ(read_all(*log, "/", "full").size(), 20u);
+  for (int k = 1; k < 400; k += 2) {
+    const auto recs = read_all(*log, "/", "ok" + std::to_string(k));
+    ASSERT_EQ(recs.size(), 10u) << "queue ok" << k;
+    for (size_t j = 0; j < recs.size(); ++j)
+      ASSERT_EQ(recs[j].body, body_of(k + int(j) * 400, 300)) << "queue ok" << k << " #" << j;
+  }
+}
+
 TEST(SpillLog, DropOldestKeepsTheNewestAndSurvivesRestart) {
   TempDir t;
   SpillOptions o = small_options(t.path());
