@@ -231,11 +231,15 @@ std::string SpillService::metrics_text() {
         v(m.appends));
   f.one("sluice_spill_append_bytes_total", "counter", "Bytes of the messages written.",
         v(m.append_bytes));
-  f.one("sluice_spill_batches_total", "counter", "Group commits (write + fdatasync).",
+  f.one("sluice_spill_batches_total", "counter", "Group commits (one durable write each).",
         v(m.batches));
+  f.one("sluice_spill_batches_direct_total", "counter",
+        "Group commits written with O_DIRECT and RWF_DSYNC (the others: buffered + fdatasync).",
+        v(m.batches_direct));
   f.one("sluice_spill_batch_records_max", "gauge", "Most messages one group commit carried.",
         v(m.batch_records_max));
-  f.family("sluice_spill_fsync_seconds", "histogram", "Time of each group commit's fdatasync.");
+  f.family("sluice_spill_fsync_seconds", "histogram",
+           "Time of each group commit's write and sync.");
   uint64_t cumulative = 0;
   for (size_t i = 0; i < queue::SpillMetrics::kFsyncBuckets; ++i) {
     cumulative += m.fsync_us_hist[i].load(std::memory_order_relaxed);

@@ -25,9 +25,14 @@ namespace sluice::queue {
 struct SegmentFile {
   uint64_t number = 0;
   std::string path;
-  int fd = -1;
+  int fd = -1;         // buffered: readers, recovery, and writes when direct_fd is -1
+  int direct_fd = -1;  // O_DIRECT, write-only: the spill thread's batches (SpillOptions::direct_io)
   ~SegmentFile();
 };
+
+// O_DIRECT writes are aligned to this (offset, length and memory); it covers every logical
+// block size in use (512 and 4096).
+inline constexpr uint64_t kDirectBlockBytes = 4096;
 
 struct SegmentState {
   std::shared_ptr<SegmentFile> file;  // mu (readers copy it)
@@ -108,20 +113,29 @@ struct BatchEntry {
   uint32_t bytes;
 };
 
+// Records are laid out from data(). A direct batch starts at the block holding file_offset:
+// the `lead` bytes before data() repeat what that block already holds on disk, and the write
+// is padded with zeros to a whole block (what preallocated space reads as anyway).
 struct Batch {
-  uint8_t* buf = nullptr;
+  uint8_t* buf = nullptr;  // kDirectBlockBytes-aligned
   size_t cap = 0;
-  size_t used = 0;
+  size_t used = 0;  // record bytes from data()
+  size_t lead = 0;
+  bool direct = false;
   uint64_t segment = 0;
-  uint64_t file_offset = 0;
+  uint64_t file_offset = 0;  // where data() goes in the segment
+  size_t write_len = 0;      // bytes of the write in flight
   bool seals = false;
   std::vector<BatchEntry> entries;
   std::vector<uint32_t> defined;  // queues whose define record is in this batch
   uint64_t submit_ns = 0;
+  uint8_t* data() { return buf + lead; }
   bool has_writes() const { return used > 0; }
   bool empty() const { return used == 0 && entries.empty(); }
   void reset() {
     used = 0;
+    lead = 0;
+    direct = false;
     seals = false;
     entries.clear();
     defined.clear();
@@ -204,6 +218,13 @@ struct LogState {
   uint64_t sync_handled = 0;
   uint32_t pull_start = 0;
   bool disk_error_logged = false;
+  // The active segment's last partial block as the last submitted batch left it: a direct
+  // batch repeats these bytes in front of its records.
+  uint8_t* tail_block = nullptr;  // kDirectBlockBytes, aligned
+  uint64_t tail_segment = 0;
+  uint64_t tail_end = 0;  // file offset the block's bytes end at
+  bool direct_refused_logged = false;
+  bool buffers_registered = false;  // batches[i].buf is io_uring fixed buffer i
   std::vector<uint8_t> touched;
   std::vector<std::pair<uint32_t, bool>> events;  // (queue, nonempty) to report after unlocking
 
@@ -233,6 +254,7 @@ struct LogState {
   void fail_batches(AppendStatus st);
   void prune_queues_locked();
   bool apply_deliveries();
+  void start_batch(SegmentState& seg);
   void submit();
   void on_batch_done(bool ok, int err);
   void complete_entries(const std::vector<BatchEntry>& entries);

@@ -40,6 +40,7 @@ std::string_view append_status_message(AppendStatus s) {
 
 SegmentFile::~SegmentFile() {
   if (fd >= 0) ::close(fd);
+  if (direct_fd >= 0) ::close(direct_fd);
 }
 
 // ---- cursor writer -------------------------------------------------------------------------
@@ -121,6 +122,7 @@ LogState::~LogState() {
   if (ring_ok) io_uring_queue_exit(&ring);
   for (Batch& b : batches)
     std::free(b.buf);
+  std::free(tail_block);
   if (dir_fd >= 0) ::close(dir_fd);
   if (lock_fd >= 0) ::close(lock_fd);
 }
@@ -336,9 +338,20 @@ std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* r
   const size_t record_need = define_record_bytes(kVhostBytesMax, kQueueBytesMax) +
                              message_record_bytes(s.opt.record_bytes_max, 0) + kSealRecordBytes;
   for (Batch& b : s.batches) {
+    // Room for a direct batch's lead and padding: a block on each side.
     b.cap = (size_t(s.opt.batch_bytes_max) + record_need + 4095) & ~size_t(4095);
-    b.buf = static_cast<uint8_t*>(std::aligned_alloc(4096, b.cap));
+    b.cap += 2 * kDirectBlockBytes;
+    b.buf = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlockBytes, b.cap));
     b.entries.reserve(s.opt.batch_records_max);
+  }
+  s.tail_block = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlockBytes, kDirectBlockBytes));
+  {
+    // Registered once, so a direct write does not pin the batch's pages each time; without
+    // it (RLIMIT_MEMLOCK on older kernels) direct writes pin per write.
+    iovec iov[2];
+    for (int i = 0; i < 2; ++i)
+      iov[i] = {s.batches[i].buf, s.batches[i].cap};
+    s.buffers_registered = io_uring_register_buffers(&s.ring, iov, 2) == 0;
   }
   s.touched.assign(s.opt.producers, 0);
   for (uint32_t i = 0; i < s.opt.producers; ++i)

@@ -1,5 +1,6 @@
 // The spill thread: drains the producers' rings into the accumulating batch, writes one batch
-// at a time (write + fdatasync, linked, on io_uring), answers every append in order, applies
+// at a time on io_uring (an O_DIRECT write with RWF_DSYNC, or where the file system refuses
+// O_DIRECT a buffered write and an fdatasync, linked), answers every append in order, applies
 // deliveries, deletes finished segments and hands cursor snapshots to the cursor writer.
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -155,9 +156,10 @@ bool LogState::reap(bool wait) {
   }
   if (rearm) arm_wake();
   if (inflight && cqes_wanted == 0) {
-    const bool ok = write_res == int(fly->used) && sync_res == 0;
+    const bool ok = write_res == int(fly->write_len) && sync_res == 0;
     int err = 0;
-    if (!ok) err = write_res < 0 ? -write_res : (write_res < int(fly->used) ? ENOSPC : -sync_res);
+    if (!ok)
+      err = write_res < 0 ? -write_res : (write_res < int(fly->write_len) ? ENOSPC : -sync_res);
     on_batch_done(ok, err);
   }
   return true;
@@ -227,17 +229,14 @@ LogState::Place LogState::place(SpillProducer& p, const AppendMsg& m, uint64_t n
     if (!create_segment(&create_status)) return refuse(create_status);
   }
   SegmentState& seg = segments.at(active);
-  if (!acc->has_writes()) {  // refusals may be in it already: they are not laid out
-    acc->segment = active;
-    acc->file_offset = seg.write_end;
-  }
+  if (!acc->has_writes()) start_batch(seg);  // refusals may be in it: they are not laid out
   SLUICE_ASSERT(acc->segment == active);
   const bool define = q.defined_in != active;
   const size_t need = rec + (define ? define_record_bytes(m.vhost_len, m.queue_len) : 0);
   if (acc->used > 0 && acc->used + need > opt.batch_bytes_max) return Place::kStall;
   if (acc->file_offset + acc->used + need + kSealRecordBytes > opt.segment_bytes) {
     // Full: the seal closes this segment in the same write; the record waits for the next.
-    uint8_t* s = acc->buf + acc->used;
+    uint8_t* s = acc->data() + acc->used;
     RecordHeader h;
     h.length = uint32_t(kSealRecordBytes);
     h.type = RecordType::kSeal;
@@ -251,7 +250,7 @@ LogState::Place LogState::place(SpillProducer& p, const AppendMsg& m, uint64_t n
     return Place::kStall;
   }
   if (define) {
-    uint8_t* d = acc->buf + acc->used;
+    uint8_t* d = acc->data() + acc->used;
     RecordHeader h;
     h.length = uint32_t(kRecordHeaderBytes + m.vhost_len + m.queue_len);
     h.type = RecordType::kDefineQueue;
@@ -265,7 +264,7 @@ LogState::Place LogState::place(SpillProducer& p, const AppendMsg& m, uint64_t n
     acc->defined.push_back(qi);
   }
   const uint64_t seq = next_seq++;
-  uint8_t* r = acc->buf + acc->used;
+  uint8_t* r = acc->data() + acc->used;
   RecordHeader h;
   h.length = uint32_t(kRecordHeaderBytes + m.headers_len + m.body_len);
   h.type = RecordType::kMessage;
@@ -289,6 +288,26 @@ LogState::Place LogState::place(SpillProducer& p, const AppendMsg& m, uint64_t n
   return Place::kDone;
 }
 
+void LogState::start_batch(SegmentState& seg) {
+  acc->segment = active;
+  acc->file_offset = seg.write_end;
+  acc->direct = seg.file->direct_fd >= 0;
+  acc->lead = 0;
+  if (!acc->direct) return;
+  const uint64_t base = seg.write_end & ~(kDirectBlockBytes - 1);
+  acc->lead = size_t(seg.write_end - base);
+  if (acc->lead == 0) return;
+  if (tail_segment == active && tail_end == seg.write_end) {
+    std::memcpy(acc->buf, tail_block, acc->lead);
+    return;
+  }
+  // First batch of a segment (its header) or after a failed batch: read the block's bytes.
+  if (::pread(seg.file->fd, acc->buf, acc->lead, off_t(base)) != ssize_t(acc->lead)) {
+    acc->direct = false;  // this batch goes buffered; the write reports any disk error
+    acc->lead = 0;
+  }
+}
+
 void LogState::submit() {
   if (!acc->has_writes()) {  // only refusals: answer them now
     complete_entries(acc->entries);
@@ -297,21 +316,46 @@ void LogState::submit() {
   }
   std::swap(acc, fly);
   SegmentState& seg = segments.at(fly->segment);
-  const int fd = seg.file->fd;
+  const int fd = fly->direct ? seg.file->direct_fd : seg.file->fd;
+  const uint8_t* from = fly->data();
+  uint64_t at = fly->file_offset;
+  fly->write_len = fly->used;
+  const uint64_t end = fly->file_offset + fly->used;
+  if (fly->direct) {
+    from = fly->buf;
+    at -= fly->lead;
+    const size_t len = fly->lead + fly->used;
+    fly->write_len = (len + kDirectBlockBytes - 1) & ~size_t(kDirectBlockBytes - 1);
+    std::memset(fly->buf + len, 0, fly->write_len - len);
+    // The next batch repeats the block this one ends in.
+    const size_t last = size_t((end & ~(kDirectBlockBytes - 1)) - at);
+    std::memcpy(tail_block, fly->buf + last, size_t(end - at) - last);
+    tail_segment = fly->segment;
+    tail_end = end;
+  }
   io_uring_sqe* w = io_uring_get_sqe(&ring);
-  io_uring_sqe* s = io_uring_get_sqe(&ring);
-  SLUICE_ASSERT(w != nullptr && s != nullptr);
-  io_uring_prep_write(w, fd, fly->buf, unsigned(fly->used), fly->file_offset);
+  SLUICE_ASSERT(w != nullptr);
+  if (fly->direct && buffers_registered)
+    io_uring_prep_write_fixed(w, fd, from, unsigned(fly->write_len), at, int(fly - batches));
+  else
+    io_uring_prep_write(w, fd, from, unsigned(fly->write_len), at);
   io_uring_sqe_set_data64(w, kTagWrite);
-  w->flags |= IOSQE_IO_LINK;
-  io_uring_prep_fsync(s, fd, IORING_FSYNC_DATASYNC);
-  io_uring_sqe_set_data64(s, kTagSync);
+  cqes_wanted = 1;
+  if (fly->direct) {
+    w->rw_flags = RWF_DSYNC;
+  } else {
+    io_uring_sqe* s = io_uring_get_sqe(&ring);
+    SLUICE_ASSERT(s != nullptr);
+    w->flags |= IOSQE_IO_LINK;
+    io_uring_prep_fsync(s, fd, IORING_FSYNC_DATASYNC);
+    io_uring_sqe_set_data64(s, kTagSync);
+    cqes_wanted = 2;
+  }
   io_uring_submit(&ring);
   fly->submit_ns = mono_ns();
   inflight = true;
-  cqes_wanted = 2;
   write_res = sync_res = 0;
-  seg.write_end = fly->file_offset + fly->used;
+  seg.write_end = end;
 }
 
 void LogState::on_batch_done(bool ok, int err) {
@@ -359,6 +403,7 @@ void LogState::on_batch_done(bool ok, int err) {
   metrics.appends.fetch_add(n, std::memory_order_relaxed);
   metrics.append_bytes.fetch_add(fly->used, std::memory_order_relaxed);
   metrics.batches.fetch_add(1, std::memory_order_relaxed);
+  if (fly->direct) metrics.batches_direct.fetch_add(1, std::memory_order_relaxed);
   metrics.backlog_messages.fetch_add(n, std::memory_order_relaxed);
   bump_max(metrics.batch_records_max, n);
   bump_max(metrics.batch_bytes_max, fly->used);

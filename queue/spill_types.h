@@ -72,13 +72,17 @@ struct SpillOptions {
   // fallocate each segment at creation (no ENOSPC on a write into it afterwards). Off for file
   // systems that cannot preallocate.
   bool preallocate = true;
+  // Write batches with O_DIRECT (then fdatasync), from the batch buffers, instead of copying
+  // them into the page cache. Needs segment_bytes a multiple of 4 KiB; a file system that
+  // refuses O_DIRECT gets buffered writes (logged once). Same bytes on disk either way.
+  bool direct_io = true;
   std::function<void(const BacklogEvent&)> on_backlog;
   LogFn log;
 };
 
 // Outcome of one append, reported to the producer in append order.
 enum class AppendStatus : uint8_t {
-  kDurable,    // written and fdatasync'ed: the RECEIPT may go out
+  kDurable,    // written and synced (RWF_DSYNC or fdatasync): the RECEIPT may go out
   kSpillFull,  // spill.max_bytes reached
   kQueueFull,  // the queue's message or byte limit reached
   kDiskFull,   // ENOSPC from the file system
@@ -153,6 +157,7 @@ struct SpillMetrics {
   std::atomic<uint64_t> appends{0};            // durable
   std::atomic<uint64_t> append_bytes{0};
   std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> batches_direct{0};  // of them, written with O_DIRECT
   std::atomic<uint64_t> batch_records_max{0};
   std::atomic<uint64_t> batch_bytes_max{0};
   std::atomic<uint64_t> fsync_ns_sum{0};

@@ -245,7 +245,8 @@ node = "dead"
         m = self.ctl_json("metrics")
         check(m.get("sluice_drain_delivered_total") == DELIVERED
               and m.get("sluice_spill_backlog_messages") == 0
-              and 'sluice_spill_refusals_total{reason="spill_full"}' in m, f"metrics: {m}")
+              and 'sluice_spill_refusals_total{reason="spill_full"}' in m
+              and "sluice_spill_batches_direct_total" in m, f"metrics: {m}")
         self.stop()
         self.cluster.delete_queue("/", self.up_queue)
         print(f"spill in sluiced: {DELIVERED} recovered messages delivered to RabbitMQ in order, "
