@@ -96,7 +96,12 @@ void SpillSession::compact() {
 size_t SpillSession::feed(std::string_view bytes) {
   // Once closing, input is read and dropped: nothing after the ending frame is acted on.
   if (closing_ || closed_) return bytes.size();
-  if (bytes.size() > buf_.size() - fill_) compact();
+  // Input goes back to the front of the buffer as soon as what is retained is small (usually
+  // nothing, or part of one frame): the buffer is frame_bytes_max + txn_bytes_max (2 MiB by
+  // default), and walking all of it put every received byte on a line out of cache, which
+  // made this copy the worker's largest cost in spill mode.
+  const size_t k = retain_from();
+  if (k > 0 && (fill_ - k <= kRewindBytesMax || bytes.size() > buf_.size() - fill_)) compact();
   size_t n = std::min(bytes.size(), buf_.size() - fill_);
   if (n > 0) std::memcpy(buf_.data() + fill_, bytes.data(), n);
   fill_ += n;

@@ -116,6 +116,8 @@ class SpillSession {
   SpillEvent emit_batch();
   void compact();
   size_t retain_from() const;
+  // feed() moves up to this many retained bytes to the buffer's front to keep writing there.
+  static constexpr size_t kRewindBytesMax = 4096;
 
   const SessionConfig& config_;
   SpillLimits limits_;
