@@ -63,13 +63,14 @@ inline unsigned popcount_swar(uint64_t x) {
   return unsigned((x * 0x0101010101010101u) >> 56);
 }
 
-// The vector width a copy of the head scan is built for: its block masks and bit count.
 // The first NUL in p[from, to) for a body: the C library's scan in the baseline copy.
 inline size_t find_nul_memchr(const char* p, size_t from, size_t to) {
   const void* hit = std::memchr(p + from, '\0', to - from);
   return hit ? size_t(static_cast<const char*>(hit) - p) : kNotFound;
 }
 
+// The vector width a copy of the head scan is built for: its block masks, bit count and body
+// NUL scan.
 struct IsaSse2 {
   static HeadBlock block(const char* p) { return head_block_sse2(p); }
   static unsigned popcount(uint64_t x) { return popcount_swar(x); }
