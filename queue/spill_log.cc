@@ -253,14 +253,6 @@ std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* r
     auto it = cursor_of.find(s.key);
     if (it != cursor_of.end()) s.queues[qmap[i]]->cursor = it->second;
   }
-  {
-    std::vector<size_t> per_queue(s.queues.size(), 0);
-    for (const RecoveredSegment& rs : rec.segments)
-      for (const ScannedMessage& m : rs.messages)
-        ++per_queue[qmap[rs.queue_of_define[m.define]]];
-    for (size_t i = 0; i < per_queue.size(); ++i)
-      s.queues[i]->backlog.reserve(per_queue[i]);
-  }
   uint64_t disk = 0;
   for (RecoveredSegment& rs : rec.segments) {
     SegmentState seg;
@@ -413,13 +405,13 @@ size_t SpillLog::locate(std::string_view vhost, std::string_view queue, uint64_t
   std::lock_guard<std::mutex> l(s.mu);
   const QueueState* q = s.find_queue(vhost, queue);
   if (!q || out.empty()) return 0;
-  auto it = std::upper_bound(q->backlog.begin(), q->backlog.end(), after_seq,
-                             [](uint64_t v, const Entry& e) { return v < e.seq; });
   size_t n = 0;
   const SegmentState* seg = nullptr;
-  for (; it != q->backlog.end() && n < out.size(); ++it, ++n) {
-    if (!seg || seg->file->number != it->segment) seg = &s.segments.at(it->segment);
-    out[n] = RecordLocation{seg->file, it->seq, it->offset, it->bytes};
+  for (size_t i = q->backlog.upper_bound(after_seq); i < q->backlog.size() && n < out.size();
+       ++i, ++n) {
+    const Entry& e = q->backlog[i];
+    if (!seg || seg->file->number != e.segment) seg = &s.segments.at(e.segment);
+    out[n] = RecordLocation{seg->file, e.seq, e.offset, e.bytes};
   }
   return n;
 }
