@@ -98,7 +98,7 @@ std::string_view segment_end_name(SegmentEnd e) {
   return "?";
 }
 
-bool scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& buf, ScannedSegment* out,
+bool scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& window, ScannedSegment* out,
                   std::string* error) {
   *out = ScannedSegment{};
   struct stat st;
@@ -115,7 +115,7 @@ bool scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& buf, ScannedSegme
   }
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   // The window holds the largest record the format allows in this file, and at least 4 MiB.
-  Reader rd(fd, out->file_bytes, buf);
+  Reader rd(fd, out->file_bytes, window);
   if (!rd.ensure(0, kSegmentHeaderBytes, error)) return false;
   out->header_check =
       decode_segment_header(std::span<const uint8_t>(rd.at(0), size_t(rd.avail(0))), &out->header);
