@@ -15,6 +15,8 @@
 #include <map>
 #include <thread>
 
+#include "queue/segment_file.h"
+
 namespace sluice::queue {
 namespace {
 
@@ -138,6 +140,7 @@ bool recover_dir(const SpillOptions& options, RecoveredLog* out, RecoveryReport*
         ::close(g.fd);
       return false;
     }
+    wait_for_writers(f.fd);  // a crashed writer's last write may still be landing
     found.push_back(std::move(f));
   }
   // Segments are independent (each defines its own queue ids), so they are scanned by a few

@@ -96,6 +96,28 @@ SegmentPreparer::State SegmentPreparer::take(uint64_t* number, int* fd, int* err
   return s;
 }
 
+namespace {
+int ofd_lock(int fd, short type, bool wait) {
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file, however long
+  int r;
+  do {
+    r = ::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
+  } while (r != 0 && errno == EINTR);
+  return r == 0 ? 0 : errno;
+}
+}  // namespace
+
+bool hold_writer_lock(int fd) {
+  return ofd_lock(fd, F_WRLCK, false) == 0;
+}
+
+int wait_for_writers(int fd) {
+  if (const int e = ofd_lock(fd, F_RDLCK, true)) return e;
+  return ofd_lock(fd, F_UNLCK, false);
+}
+
 void SegmentPreparer::run() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {

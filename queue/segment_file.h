@@ -17,6 +17,17 @@ namespace sluice::queue {
 int create_segment_file(const std::string& dir, int dir_fd, uint64_t number, uint64_t first_seq,
                         uint64_t segment_bytes, bool preallocate, int* fd);
 
+// The descriptor a segment's batches are written through holds an OFD write lock on the whole
+// file, and recovery waits for that lock before it reads a segment. A write in flight when its
+// process died (SIGKILL, crash) still completes afterwards, and the open file description, with
+// its lock, lives until it has: without the wait, recovery could read a segment while such a
+// direct write lands, and the page cache the read filled could not be invalidated (the kernel
+// then fails the next fdatasync of that file with EIO).
+// hold_writer_lock: false (errno set) when the file system refuses the lock; writing goes on.
+bool hold_writer_lock(int fd);
+// 0, or the errno of a lock the file system refuses (nothing to wait for then).
+int wait_for_writers(int fd);
+
 class SegmentPreparer {
  public:
   enum class State : uint8_t { kIdle, kBusy, kReady, kFailed };

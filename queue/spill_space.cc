@@ -238,6 +238,7 @@ bool LogState::create_segment(AppendStatus* refusal) {
                 {{"file", seg.file->path}, {"reason", why}, {"writes", "buffered"}});
     }
   }
+  hold_writer_lock(seg.file->direct_fd >= 0 ? seg.file->direct_fd : seg.file->fd);
   seg.durable_end = seg.write_end = kSegmentHeaderBytes;
   seg.disk_bytes = opt.segment_bytes;
   {

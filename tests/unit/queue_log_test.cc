@@ -1,12 +1,18 @@
 // Spill log behaviour: durable appends read back in order, recovery with cursors, segment
 // rollover and deletion, capacity (refuse and drop-oldest), drain-barrier events, refusals.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "queue/segment_file.h"
@@ -547,6 +553,65 @@ TEST(SpillLog, ConcurrentProducersGetTheirCompletionsInOrder) {
     for (int i = 0; i < 500; ++i)
       ASSERT_EQ(recs[size_t(i)].body, body_of(i + 1));
   }
+}
+
+// A write still in flight when its process died completes afterwards, and its open file
+// description lives until it has. Recovery waits for the writer's lock on each segment, so it
+// never reads a segment while such a write lands. Here a child holds the writer's lock on a
+// segment in place of that description.
+TEST(SpillLog, RecoveryWaitsUntilTheLastWriterOfASegmentIsGone) {
+  TempDir t;
+  const SpillOptions o = small_options(t.path());
+  {
+    RecoveryReport rep;
+    auto log = open_log(o, &rep);
+    ASSERT_TRUE(log);
+    log->start();
+    ASSERT_EQ(append_wait(log->producer(0), 1, "/", "q", "k:1\n", body_of(1)).status,
+              AppendStatus::kDurable);
+  }
+  std::string seg;
+  for (const auto& e : std::filesystem::directory_iterator(o.dir))
+    if (e.path().extension() == ".seg") seg = e.path().string();
+  ASSERT_FALSE(seg.empty());
+
+  int locked[2], release[2];
+  ASSERT_EQ(::pipe(locked), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = ::open(seg.c_str(), O_WRONLY | O_CLOEXEC);
+    char c = hold_writer_lock(fd) ? 'L' : 'x';
+    if (::write(locked[1], &c, 1) != 1) ::_exit(2);
+    if (::read(release[0], &c, 1) != 1) ::_exit(3);
+    ::_exit(0);  // the description, and the lock with it, goes with the process
+  }
+  char c = 0;
+  ASSERT_EQ(::read(locked[0], &c, 1), 1);
+  ASSERT_EQ(c, 'L');
+
+  std::atomic<bool> opened{false};
+  std::unique_ptr<SpillLog> log;
+  RecoveryReport rep;
+  std::thread opener([&] {
+    log = open_log(o, &rep);
+    opened = true;
+  });
+  // Recovery cannot get past the locked segment, however long we give it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const bool opened_while_locked = opened.load();
+  ASSERT_EQ(::write(release[1], "r", 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  opener.join();
+  EXPECT_FALSE(opened_while_locked);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_TRUE(log);
+  EXPECT_EQ(rep.messages, 1u);
+  for (int fd : {locked[0], locked[1], release[0], release[1]})
+    ::close(fd);
 }
 
 }  // namespace
