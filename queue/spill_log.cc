@@ -147,7 +147,7 @@ uint32_t LogState::queue_index(std::string_view vhost, std::string_view queue) {
   auto it = ids.find(key);
   if (it != ids.end()) return it->second;
   const uint32_t i = uint32_t(queues.size());
-  auto q = std::make_unique<QueueState>();
+  auto q = std::make_unique<QueueState>(&chunks);
   q->vhost = std::string(vhost);
   q->queue = std::string(queue);
   queues.push_back(std::move(q));

@@ -61,6 +61,7 @@ bool LogState::work_available(bool disk) const {
 
 void LogState::run() {
   arm_wake();
+  top_up_chunks();
   for (;;) {
     create_tried = false;
     bool progress = apply_deliveries();
@@ -416,6 +417,20 @@ void LogState::on_batch_done(bool ok, int err) {
   complete_entries(done_entries);
   done_entries.clear();
   fire_events();
+  top_up_chunks();  // while the next batch is written
+}
+
+void LogState::top_up_chunks() {
+  size_t n;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    n = chunks.missing();
+  }
+  if (n == 0) return;
+  for (size_t i = 0; i < n; ++i)
+    fresh_chunks.push_back(EntryChunks::fresh());
+  std::lock_guard<std::mutex> l(mu);
+  chunks.add(fresh_chunks);
 }
 
 void LogState::fail_batches(AppendStatus st) {

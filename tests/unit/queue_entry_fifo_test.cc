@@ -1,11 +1,15 @@
 // A queue's backlog index (EntryFifo): FIFO order, lookup by seq, and entries that stay where
 // they are while the backlog grows (the spill thread appends to it between a batch's completion
-// and the next write, so growing must not copy it).
+// and the next write, so growing must not copy it); chunks taken from, and given back to, the
+// log's pool of spares (EntryChunks), which the spill thread fills while the disk works.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <random>
+#include <set>
+#include <vector>
 
 #include "queue/log_state.h"
 
@@ -96,6 +100,103 @@ TEST(EntryFifo, GrowingNeverMovesAnEntry) {
     EXPECT_EQ(at[i], &f[(i + 1) * 1000 - 1]) << i;
     EXPECT_EQ(at[i]->seq, (i + 1) * 1000) << i;
   }
+}
+
+std::vector<EntryChunk> fresh_chunks(size_t n) {
+  std::vector<EntryChunk> v;
+  for (size_t i = 0; i < n; ++i)
+    v.push_back(EntryChunks::fresh());
+  return v;
+}
+
+TEST(EntryChunks, TopsUpToItsTargetAndKeepsABoundedNumberOfSpares) {
+  EntryChunks pool;
+  EXPECT_EQ(pool.spares(), 0u);
+  EXPECT_EQ(pool.missing(), EntryChunks::kTopUp);
+  auto fresh = fresh_chunks(pool.missing());
+  pool.add(fresh);
+  EXPECT_TRUE(fresh.empty());
+  EXPECT_EQ(pool.spares(), EntryChunks::kTopUp);
+  EXPECT_EQ(pool.missing(), 0u);
+  // Chunks given back beyond kKeepMax are freed, not kept.
+  for (size_t i = 0; i < 2 * EntryChunks::kKeepMax; ++i)
+    pool.give(EntryChunks::fresh());
+  EXPECT_EQ(pool.spares(), EntryChunks::kKeepMax);
+  pool.give(nullptr);
+  EXPECT_EQ(pool.spares(), EntryChunks::kKeepMax);
+  // Taking past the spares still gives a chunk (a new one).
+  for (size_t i = 0; i < EntryChunks::kKeepMax + 3; ++i)
+    ASSERT_NE(pool.take(), nullptr) << i;
+  EXPECT_EQ(pool.spares(), 0u);
+}
+
+TEST(EntryFifo, TakesItsChunksFromThePoolAndGivesThemBackWhenEmpty) {
+  EntryChunks pool;
+  auto fresh = fresh_chunks(EntryChunks::kTopUp);
+  std::set<const Entry*> spares;
+  for (const EntryChunk& c : fresh)
+    spares.insert(c.get());
+  pool.add(fresh);
+  EntryFifo f(&pool);
+  const size_t n = 3 * EntryFifo::kChunkEntries + 1;
+  for (uint64_t s = 1; s <= n; ++s)
+    f.push_back(entry(s));
+  EXPECT_EQ(f.chunks_held(), 4u);
+  EXPECT_EQ(pool.spares(), EntryChunks::kTopUp - 4);
+  for (size_t i = 0; i < n; i += EntryFifo::kChunkEntries)
+    EXPECT_EQ(spares.count(&f[i]), 1u) << "entry " << i << " is not in a chunk of the pool";
+  // Delivering the first chunk's entries keeps that chunk as the backlog's own spare.
+  for (size_t i = 0; i < EntryFifo::kChunkEntries; ++i)
+    f.pop_front();
+  EXPECT_EQ(f.chunks_held(), 4u);
+  EXPECT_EQ(pool.spares(), EntryChunks::kTopUp - 4);
+  // A second used-up chunk goes back to the pool; so does everything once the backlog is empty.
+  for (size_t i = 0; i < EntryFifo::kChunkEntries; ++i)
+    f.pop_front();
+  EXPECT_EQ(f.chunks_held(), 3u);
+  EXPECT_EQ(pool.spares(), EntryChunks::kTopUp - 3);
+  while (!f.empty())
+    f.pop_front();
+  EXPECT_EQ(f.chunks_held(), 0u);
+  EXPECT_EQ(pool.spares(), EntryChunks::kTopUp);
+}
+
+TEST(EntryFifo, WithAPoolMatchesADequeAndNeverLosesAChunk) {
+  std::mt19937_64 rng(11);
+  EntryChunks pool;
+  auto fresh = fresh_chunks(EntryChunks::kTopUp);
+  pool.add(fresh);
+  EntryFifo a(&pool), b(&pool);
+  std::deque<Entry> ma, mb;
+  uint64_t seq = 1;
+  size_t peak = EntryChunks::kTopUp;  // chunks in existence: the most ever needed at once
+  for (int round = 0; round < 300; ++round) {
+    EntryFifo& f = round % 2 ? a : b;
+    std::deque<Entry>& m = round % 2 ? ma : mb;
+    const size_t pushes = rng() % (2 * EntryFifo::kChunkEntries);
+    for (size_t i = 0; i < pushes; ++i) {
+      f.push_back(entry(seq));
+      m.push_back(entry(seq++));
+    }
+    peak = std::max(peak, a.chunks_held() + b.chunks_held());
+    ASSERT_LT(peak, EntryChunks::kKeepMax);  // so the pool frees none in this test
+    const size_t pops = std::min<size_t>(m.size(), rng() % (2 * EntryFifo::kChunkEntries + 1));
+    for (size_t i = 0; i < pops; ++i) {
+      f.pop_front();
+      m.pop_front();
+    }
+    expect_same(a, ma);
+    expect_same(b, mb);
+    // Every chunk is held by a backlog or spare in the pool; new ones were made only when
+    // the backlogs needed more than existed.
+    ASSERT_EQ(a.chunks_held() + b.chunks_held() + pool.spares(), peak) << round;
+  }
+  while (!a.empty())
+    a.pop_front();
+  while (!b.empty())
+    b.pop_front();
+  EXPECT_EQ(a.chunks_held() + b.chunks_held(), 0u);
+  EXPECT_EQ(pool.spares(), peak);
 }
 
 }  // namespace
