@@ -62,10 +62,13 @@ std::optional<std::string> ensure_dir(const std::string& dir, const char* key) {
   return std::nullopt;
 }
 
-// Each session holds up to six descriptors (client, owner, two pipes); raise the soft and, as
-// root, the hard limit so that sessions_max fits.
-void raise_fd_limit(uint32_t sessions_max) {
-  const rlim_t want = rlim_t(sessions_max) * 6 + 4096;
+// Each session holds up to six descriptors (client, owner, two pipes) and each spill segment
+// one (two while it is written); raise the soft and, as root, the hard limit so that
+// sessions_max and a full spill log fit. Before the spill log's recovery opens its segments.
+void raise_fd_limit(const GatewayConfig& c) {
+  const uint64_t segments =
+      c.spill.segment_bytes > 0 ? c.spill.max_bytes / c.spill.segment_bytes + 2 : 0;
+  const rlim_t want = rlim_t(c.sessions_max) * 6 + rlim_t(segments) + 4096;
   rlimit r{};
   if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= want) return;
   rlimit next{want, std::max(want, r.rlim_max)};
@@ -139,6 +142,7 @@ int run(const std::string& path) {
   Control control(io, config, secrets);
   if (auto e = control.load_state()) return fail(kExitStartFailed, *e);
 
+  raise_fd_limit(config);
   // Recovery runs here, before anything takes traffic; a log that cannot be used stops the start.
   if (auto e = ensure_dir(config.spill_dir(), "spill.dir")) return fail(kExitStartFailed, *e);
   std::string spill_error;
@@ -169,7 +173,6 @@ int run(const std::string& path) {
         std::make_unique<sluice::gateway::SpillAuth>(users, config.spill.allow_anonymous));
     parts.push_back({routers.back().get(), sinks.back().get(), auths.back().get()});
   }
-  raise_fd_limit(config.sessions_max);
   std::string engine_error;
   std::unique_ptr<sluice::uring::Engine> engine = sluice::uring::Engine::open(
       engine_options(config), config.session, parts, log_from_engine, &engine_error);

@@ -401,6 +401,14 @@ void LogState::on_batch_done(bool ok, int err) {
       active = 0;
     }
   }
+  if (fly->seals && seg.file->direct_fd >= 0) {
+    // Nothing more is written to a sealed segment: its write descriptor goes now, not when the
+    // segment is deleted, so a long backlog holds one descriptor per segment (the readers'),
+    // as after a restart. The writer's lock goes with it; recovery needs it only while a write
+    // may be in flight, and this one has completed.
+    ::close(seg.file->direct_fd);
+    seg.file->direct_fd = -1;
+  }
   metrics.appends.fetch_add(n, std::memory_order_relaxed);
   metrics.append_bytes.fetch_add(fly->used, std::memory_order_relaxed);
   metrics.batches.fetch_add(1, std::memory_order_relaxed);

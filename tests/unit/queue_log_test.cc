@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -347,6 +348,57 @@ TEST(SpillLog, BufferedWritesWhenDirectIsOffOrTheSegmentSizeIsNotWholeBlocks) {
   SpillOptions o = small_options(t.path());
   o.segment_bytes = (256 << 10) + 512;
   write_mixed_sizes_and_reopen(o, false);
+}
+
+// How many descriptors this process holds on each segment file of `dir` (/proc/self/fd).
+std::map<std::string, int> segment_descriptors(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::map<std::string, int> n;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".seg") n[fs::canonical(e.path()).string()] = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(e.path(), ec);
+    if (ec) continue;
+    const auto it = n.find(target.string());
+    if (it != n.end()) ++it->second;
+  }
+  return n;
+}
+
+TEST(SpillLog, ASealedSegmentKeepsOnlyTheReadersDescriptor) {
+  RecoveryReport rep;
+  TempDir t("/tmp");  // a disk file system: segments are written through an O_DIRECT descriptor
+  SpillOptions o = small_options(t.path());
+  o.segment_bytes = 256 << 10;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  const int n = 300;  // about 600 KiB: two segments sealed, a third being written
+  for (int i = 0; i < n; ++i)
+    ASSERT_EQ(
+        append_wait(log->producer(0), uint64_t(i), "/", "q", "k:v\n", body_of(i, 2000)).status,
+        AppendStatus::kDurable)
+        << i;
+  ASSERT_GT(log->metrics().batches_direct.load(), 0u);
+  ASSERT_GE(log->metrics().segments_created.load(), 3u);
+  const auto fds = segment_descriptors(o.dir);
+  int written = 0, one = 0;
+  for (const auto& [path, count] : fds) {
+    EXPECT_GE(count, 1) << path;
+    EXPECT_LE(count, 2) << path;
+    written += count == 2;
+    one += count == 1;
+  }
+  // Only the segment being written keeps its write descriptor; the sealed ones (and a prepared
+  // one, if any) hold the one their readers use.
+  EXPECT_EQ(written, 1);
+  EXPECT_GE(one, 2);
+  // Reading through the remaining descriptors still works.
+  const auto recs = read_all(*log, "/", "q");
+  ASSERT_EQ(recs.size(), size_t(n));
+  for (int i = 0; i < n; ++i)
+    ASSERT_EQ(recs[size_t(i)].body, body_of(i, 2000)) << i;
 }
 
 TEST(SpillLog, DropOldestKeepsTheNewestAndSurvivesRestart) {
