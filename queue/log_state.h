@@ -64,7 +64,7 @@ inline constexpr size_t kEntryChunkEntries = 256;  // 8 KiB
 // comes back here, and the spill thread tops the spares up, each page touched, while the disk
 // works (LogState::top_up_chunks). So adding a batch's messages to their backlogs takes no page
 // fault between a write's completion and the next write. Taking fresh chunks there cost one
-// batch in ten 230-260 us in spill_bench (16 queues crossing into new chunks together: about
+// batch in ten 230-300 us in spill_bench (16 queues crossing into new chunks together: about
 // 13 faults of some 18 us each on the development VM).
 class EntryChunks {
  public:
