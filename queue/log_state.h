@@ -7,7 +7,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -71,8 +70,10 @@ class EntryChunks {
   static constexpr size_t kTopUp = 32;     // spares after each top_up
   static constexpr size_t kKeepMax = 128;  // more returned chunks than this are freed
 
+  // A new chunk, its pages not touched yet.
+  static EntryChunk make() { return std::make_unique_for_overwrite<Entry[]>(kEntryChunkEntries); }
   EntryChunk take() {
-    if (spares_.empty()) return std::make_unique_for_overwrite<Entry[]>(kEntryChunkEntries);
+    if (spares_.empty()) return make();
     EntryChunk c = std::move(spares_.back());
     spares_.pop_back();
     return c;
@@ -83,11 +84,8 @@ class EntryChunks {
   size_t spares() const { return spares_.size(); }
   // Chunks to add for kTopUp spares; make them with fresh() outside the lock, then add().
   size_t missing() const { return spares_.size() < kTopUp ? kTopUp - spares_.size() : 0; }
-  static EntryChunk fresh() {
-    EntryChunk c = std::make_unique_for_overwrite<Entry[]>(kEntryChunkEntries);
-    std::memset(static_cast<void*>(c.get()), 0, kEntryChunkEntries * sizeof(Entry));
-    return c;
-  }
+  // A new chunk, zeroed: every page touched.
+  static EntryChunk fresh() { return std::make_unique<Entry[]>(kEntryChunkEntries); }
   void add(std::vector<EntryChunk>& fresh) {
     for (EntryChunk& c : fresh)
       give(std::move(c));
@@ -159,8 +157,7 @@ class EntryFifo {
  private:
   EntryChunk take_chunk() {
     if (spare_) return std::move(spare_);
-    if (pool_) return pool_->take();
-    return std::make_unique_for_overwrite<Entry[]>(kChunkEntries);
+    return pool_ ? pool_->take() : EntryChunks::make();
   }
   void release(EntryChunk c) {
     if (pool_) pool_->give(std::move(c));
