@@ -168,12 +168,12 @@ void read_stomp(const Table& root, GatewayConfig* c) {
 
 void read_limits(const Table& root, GatewayConfig* c) {
   using session::FrameLimits;
-  std::optional<Table> t =
-      root.table("limits", {"sessions_max", "sessions_per_source_max", "prelude_sessions_max",
-                            "prelude_bytes_max", "frame_bytes_max", "header_count_max",
-                            "header_line_bytes_max", "body_bytes_max", "frame_timeout_ms",
-                            "prelude_idle_timeout_ms", "connect_timeout_ms", "queues_max",
-                            "spill_sessions_max", "pipe_bytes"});
+  std::optional<Table> t = root.table(
+      "limits",
+      {"sessions_max", "sessions_per_source_max", "prelude_sessions_max", "prelude_bytes_max",
+       "frame_bytes_max", "header_count_max", "header_line_bytes_max", "body_bytes_max",
+       "frame_timeout_ms", "prelude_idle_timeout_ms", "connect_timeout_ms", "queues_max",
+       "spill_sessions_max", "pipe_bytes", "pipe_bytes_max", "grown_pipes_max"});
   if (t) {
     constexpr int64_t kBytesCeiling = FrameLimits::kFrameBytesCeiling;
     session::SessionConfig& s = c->session;
@@ -213,6 +213,15 @@ void read_limits(const Table& root, GatewayConfig* c) {
       c->spill_sessions_max = uint32_t(*v);
     }
     if (auto v = t->integer("pipe_bytes", 4096, 1 << 20)) c->pipe_bytes = uint32_t(*v);
+    if (auto v = t->integer("pipe_bytes_max", 4096, 1 << 20)) c->pipe_bytes_max = uint32_t(*v);
+    if (c->pipe_bytes_max < c->pipe_bytes) {
+      // Either key may be the one left at its default.
+      t->fail_at(t->get("pipe_bytes_max") ? "pipe_bytes_max" : "pipe_bytes",
+                 "limits.pipe_bytes_max (" + std::to_string(c->pipe_bytes_max) +
+                     ") must be at least limits.pipe_bytes (" + std::to_string(c->pipe_bytes) +
+                     ")");
+    }
+    if (auto v = t->integer("grown_pipes_max", 0, 65536)) c->grown_pipes_max = uint32_t(*v);
   }
   // The keys are valid one by one; the session core checks how they combine.
   std::string why = c->session.validate();

@@ -141,8 +141,10 @@ struct GatewayConfig {
   uint32_t prelude_sessions_max = 10'000;
   uint32_t connect_timeout_ms = 2'000;
   uint32_t queues_max = 100'000;
-  uint32_t spill_sessions_max = 256;  // sessions served from the spill log at once; 0: none
-  uint32_t pipe_bytes = 64u << 10;    // capacity of each splice pipe (two per spliced session)
+  uint32_t spill_sessions_max = 256;   // sessions served from the spill log at once; 0: none
+  uint32_t pipe_bytes = 64u << 10;     // capacity of each splice pipe (two per spliced session)
+  uint32_t pipe_bytes_max = 1u << 20;  // what a pipe that a stream fills grows to
+  uint32_t grown_pipes_max = 32;       // grown pipes at once, across workers; 0: none
   // [health], [placement], [[nodes]], [feed.rabbitmq]
   HealthConfig health;
   PlacementPolicy placement = PlacementPolicy::kRendezvous;

@@ -88,6 +88,11 @@ std::string EngineAdmin::metrics_text() {
              &C::bytes_in);
   per_worker("sluice_splice_bytes_out_total", "counter", "Bytes spliced owner to client.",
              &C::bytes_out);
+  per_worker("sluice_splice_pipes_grown_total", "counter",
+             "Splice pipes grown to limits.pipe_bytes_max for a stream that filled one.",
+             &C::pipes_grown);
+  per_worker("sluice_splice_grown_pipes", "gauge",
+             "Grown splice pipes held, in use or kept for the next stream.", &C::grown_pipes);
   per_worker("sluice_spill_session_appends_total", "counter",
              "SENDs of spill sessions handed to the spill log.", &C::appends);
   per_worker("sluice_spill_session_appends_busy_total", "counter",

@@ -98,6 +98,8 @@ sluice::uring::EngineOptions engine_options(const GatewayConfig& c) {
   o.spill_sessions_max = c.spill_sessions_max;
   o.connect_timeout_ms = c.connect_timeout_ms;
   o.pipe_bytes = c.pipe_bytes;
+  o.pipe_bytes_max = c.pipe_bytes_max;
+  o.grown_pipes_max = c.grown_pipes_max;
   o.sqpoll = c.sqpoll;
   o.splice = c.splice_inline ? sluice::uring::EngineOptions::SpliceMode::kInline
                              : sluice::uring::EngineOptions::SpliceMode::kRing;

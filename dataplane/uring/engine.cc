@@ -11,9 +11,13 @@ std::string EngineOptions::validate() const {
   if (sessions_per_source_max == 0) return "limits.sessions_per_source_max: must be at least 1";
   if (prelude_sessions_max == 0) return "limits.prelude_sessions_max: must be at least 1";
   if (connect_timeout_ms == 0) return "limits.connect_timeout_ms: must be at least 1";
-  if (pipe_bytes < 4096 || pipe_bytes > (1u << 20)) {
-    return "pipe_bytes: must be between 4096 and 1048576";
+  if (pipe_bytes < 4096 || pipe_bytes > kPipeBytesMax) {
+    return "limits.pipe_bytes: must be between 4096 and 1048576";
   }
+  if (pipe_bytes_max < pipe_bytes || pipe_bytes_max > kPipeBytesMax) {
+    return "limits.pipe_bytes_max: must be between limits.pipe_bytes and 1048576";
+  }
+  if (grown_pipes_max > 65536) return "limits.grown_pipes_max: must be at most 65536";
   if (recv_buffers == 0 || recv_buffers > 32768 || (recv_buffers & (recv_buffers - 1)) != 0) {
     return "recv_buffers: must be a power of two up to 32768";
   }

@@ -29,6 +29,8 @@ using session::Nanos;
 
 struct EngineOptions {
   static constexpr uint32_t kPipeBytes = 64u << 10;
+  static constexpr uint32_t kPipeBytesMax = 1u << 20;  // the kernel's default pipe-max-size
+  static constexpr uint32_t kGrownPipesMax = 32;
   static constexpr uint32_t kRecvBufferBytes = 16u << 10;
   static constexpr uint32_t kRecvBuffers = 256;
   static constexpr uint32_t kGreetingBytesMax = 16u << 10;
@@ -55,6 +57,12 @@ struct EngineOptions {
   uint32_t connect_timeout_ms = 2'000;
   // Capacity of each splice pipe (F_SETPIPE_SZ). Pages are taken only while bytes are in it.
   uint32_t pipe_bytes = kPipeBytes;
+  // A stream that fills its pipe (SpliceMode::kInline) gets it grown to pipe_bytes_max, for at
+  // most grown_pipes_max pipes of the engine at a time (each worker takes its share, rounded
+  // up; 0 or pipe_bytes_max == pipe_bytes: never). Fewer, larger splices per byte; the kernel
+  // counts a pipe's capacity against fs.pipe-user-pages-soft for an unprivileged user.
+  uint32_t pipe_bytes_max = kPipeBytesMax;
+  uint32_t grown_pipes_max = kGrownPipesMax;
   // Provided receive buffers (prelude and spill sessions only; spliced bytes never land here).
   uint32_t recv_buffer_bytes = kRecvBufferBytes;
   uint32_t recv_buffers = kRecvBuffers;             // per worker, a power of two
@@ -167,6 +175,8 @@ struct WorkerCounters {
   std::atomic<uint64_t> resets{0};          // spliced sessions ended by a reset or error
   std::atomic<uint64_t> bytes_in{0};        // client -> owner, spliced
   std::atomic<uint64_t> bytes_out{0};       // owner -> client, spliced
+  std::atomic<uint64_t> pipes_grown{0};     // pipes grown to pipe_bytes_max for a stream
+  std::atomic<uint64_t> grown_pipes{0};     // grown pipes the worker holds (in use or pooled)
   std::atomic<uint64_t> appends{0};
   std::atomic<uint64_t> appends_busy{0};
   std::atomic<uint64_t> active{0};

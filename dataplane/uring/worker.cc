@@ -307,12 +307,9 @@ void Worker::finish_close(uint32_t slot) {
     // An empty pipe is as good as new; one that still holds bytes is closed with them (asked
     // of the kernel: a splice that completed while the session was closing is not counted).
     int left = -1;
-    if (d.pipe_r >= 0 && pipe_pool_.size() < kPipePoolMax &&
-        ioctl(d.pipe_r, FIONREAD, &left) == 0 && left == 0) {
-      pipe_pool_.emplace_back(d.pipe_r, d.pipe_w);
-    } else {
-      if (d.pipe_r >= 0) close(d.pipe_r);
-      if (d.pipe_w >= 0) close(d.pipe_w);
+    if (d.pipe_r >= 0) {
+      d.in_pipe = ioctl(d.pipe_r, FIONREAD, &left) == 0 ? uint32_t(left) : 1;  // unknown: not empty
+      give_pipe(d);
     }
     d = Dir{};
   }

@@ -73,8 +73,11 @@ struct Dir {
   int pipe_r = -1;
   int pipe_w = -1;
   uint32_t in_pipe = 0;
+  uint32_t pipe_cap = 0;  // capacity of the pipe held (F_GETPIPE_SZ), 0 without one
   bool eof = false;
   bool done = false;
+  bool bulk = false;          // filled a pipe: takes a grown one from the pool when it can
+  bool grow_refused = false;  // the kernel refused to grow its pipe: not asked again
 };
 
 struct Session {
@@ -229,8 +232,10 @@ class Worker {
   void finish_dir(uint32_t slot, int d);
   void pump(uint32_t slot, int d);  // SpliceMode::kInline
   void count_spliced(Session& s, int d, uint64_t n);
-  bool take_pipe(Dir& d);  // from the pool, or a new one
-  void give_pipe(Dir& d);  // back to the pool when empty, else closed
+  bool take_pipe(Dir& d);  // from a pool, or a new one
+  void give_pipe(Dir& d);  // back to its pool when empty, else closed
+  void grow_pipe(Dir& d);  // to pipe_bytes_max, within the worker's share of grown pipes
+  bool grown(const Dir& d) const { return d.pipe_cap > options_.pipe_bytes; }
 
   // worker_spill.cc
   void start_spill(uint32_t slot);
@@ -269,6 +274,11 @@ class Worker {
   // Empty pipes of ended sessions, reused by new ones (saves pipe2 + F_SETPIPE_SZ + close).
   static constexpr size_t kPipePoolMax = 1024;
   std::vector<std::pair<int, int>> pipe_pool_;
+  // Empty grown pipes, for the next direction that streams; every grown pipe (pooled or held)
+  // counts in grown_pipes_, at most grown_max_.
+  std::vector<std::pair<int, int>> grown_pool_;
+  uint32_t grown_pipes_ = 0;
+  uint32_t grown_max_ = 0;
   std::vector<Session> sessions_;
   std::vector<uint32_t> free_sessions_;
   SlotPool<PreludeSlot> preludes_;

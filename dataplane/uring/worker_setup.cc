@@ -55,6 +55,10 @@ Worker::~Worker() {
     close(r);
     close(w);
   }
+  for (auto [r, w] : grown_pool_) {
+    close(r);
+    close(w);
+  }
 }
 
 std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
@@ -63,6 +67,8 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   per_source_max_ = share(options_.sessions_per_source_max, workers);
   prelude_max_ = std::min(share(options_.prelude_sessions_max, workers), sessions);
   spill_max_ = std::min(share(options_.spill_sessions_max, workers), sessions);
+  grown_max_ =
+      options_.pipe_bytes_max > options_.pipe_bytes ? share(options_.grown_pipes_max, workers) : 0;
 
   io_uring_params p{};
   // Created disabled: the worker's thread enables it and so becomes its single issuer.
@@ -136,6 +142,7 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   }
   appends_.resize(kAppendsInFlightMax);
   pipe_pool_.reserve(kPipePoolMax);
+  grown_pool_.reserve(grown_max_);
   done_.resize(256);
   header_scratch_bytes_ = config_.frame_limits.frame_bytes_max * 2 + 64;
   header_scratch_ = std::make_unique<char[]>(header_scratch_bytes_);

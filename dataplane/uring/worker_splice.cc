@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <tuple>
@@ -68,25 +69,44 @@ void Worker::start_splice(uint32_t slot) {
 }
 
 bool Worker::take_pipe(Dir& d) {
+  if (d.bulk && !grown_pool_.empty()) {
+    std::tie(d.pipe_r, d.pipe_w) = grown_pool_.back();
+    grown_pool_.pop_back();
+    d.pipe_cap = options_.pipe_bytes_max;
+    return true;
+  }
   if (!pipe_pool_.empty()) {
     std::tie(d.pipe_r, d.pipe_w) = pipe_pool_.back();
     pipe_pool_.pop_back();
-    return true;
+  } else {
+    int p[2];
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+      log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
+      return false;
+    }
+    d.pipe_r = p[0];
+    d.pipe_w = p[1];
+    // Refused (an unprivileged user over fs.pipe-user-pages-soft): the pipe keeps what the
+    // kernel gave it, which is what gets asked of it.
+    (void)fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes));
   }
-  int p[2];
-  if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
-    log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
-    return false;
-  }
-  d.pipe_r = p[0];
-  d.pipe_w = p[1];
-  (void)fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes));
+  const int cap = fcntl(d.pipe_w, F_GETPIPE_SZ);
+  d.pipe_cap = cap > 0 ? std::min(uint32_t(cap), options_.pipe_bytes) : options_.pipe_bytes;
   return true;
 }
 
 void Worker::give_pipe(Dir& d) {
   if (d.pipe_r < 0) return;
-  if (d.in_pipe == 0 && pipe_pool_.size() < kPipePoolMax) {
+  if (grown(d)) {
+    if (d.in_pipe == 0) {
+      grown_pool_.emplace_back(d.pipe_r, d.pipe_w);  // never more than grown_max_ exist
+    } else {
+      close(d.pipe_r);
+      close(d.pipe_w);
+      --grown_pipes_;
+      counters_.grown_pipes.store(grown_pipes_, std::memory_order_relaxed);
+    }
+  } else if (d.in_pipe == 0 && pipe_pool_.size() < kPipePoolMax) {
     pipe_pool_.emplace_back(d.pipe_r, d.pipe_w);
   } else {
     close(d.pipe_r);
@@ -94,6 +114,34 @@ void Worker::give_pipe(Dir& d) {
   }
   d.pipe_r = d.pipe_w = -1;
   d.in_pipe = 0;
+  d.pipe_cap = 0;
+}
+
+void Worker::grow_pipe(Dir& d) {
+  if (grown(d) || d.grow_refused || grown_max_ == 0) return;
+  if (grown_pipes_ >= grown_max_) {
+    // Every grown pipe is taken, or idle in the pool: an idle one gives way.
+    if (grown_pool_.empty()) return;
+    close(grown_pool_.back().first);
+    close(grown_pool_.back().second);
+    grown_pool_.pop_back();
+    --grown_pipes_;
+  }
+  // Growing keeps what the pipe holds. A grown pipe is not shrunk again: it goes to its own
+  // pool, for the next direction that streams.
+  const int cap = fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes_max));
+  if (cap < int(options_.pipe_bytes_max)) {
+    d.grow_refused = true;
+    log_(LogLevel::kDebug, "pipe_grow_refused",
+         {{{"error", cap < 0 ? std::strerror(errno) : "smaller than asked"}}});
+    counters_.grown_pipes.store(grown_pipes_, std::memory_order_relaxed);
+    return;
+  }
+  d.pipe_cap = options_.pipe_bytes_max;
+  d.bulk = true;
+  ++grown_pipes_;
+  counters_.grown_pipes.store(grown_pipes_, std::memory_order_relaxed);
+  add(counters_.pipes_grown, 1);
 }
 
 void Worker::arm_poll(uint32_t slot, int d, bool out) {
@@ -116,7 +164,7 @@ void Worker::splice_in(uint32_t slot, int d) {
   Dir& dir = s.dir[d];
   const int src = d == 0 ? s.cfd : s.ofd;
   io_uring_sqe* e = sqe();
-  io_uring_prep_splice(e, src, -1, dir.pipe_w, -1, options_.pipe_bytes, kSpliceFlags);
+  io_uring_prep_splice(e, src, -1, dir.pipe_w, -1, dir.pipe_cap, kSpliceFlags);
   io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(Op::kSpliceIn) + d)));
   ++s.inflight;
 }
@@ -207,11 +255,13 @@ void Worker::pump(uint32_t slot, int d) {
         return;
       }
     }
-    const ssize_t n = splice(src, nullptr, dir.pipe_w, nullptr, options_.pipe_bytes, kSpliceFlags);
+    const ssize_t n = splice(src, nullptr, dir.pipe_w, nullptr, dir.pipe_cap, kSpliceFlags);
     if (n > 0) {
-      drained = uint32_t(n) < options_.pipe_bytes;
+      drained = uint32_t(n) < dir.pipe_cap;
       dir.in_pipe += uint32_t(n);
       count_spliced(s, d, uint64_t(n));
+      // A stream: a pipe-full at each read. Larger splices move it with fewer calls per byte.
+      if (!drained) grow_pipe(dir);
       continue;
     }
     if (n == 0) {

@@ -73,6 +73,9 @@ void expect_same_settings(const GatewayConfig& a, const GatewayConfig& b) {
   EXPECT_EQ(a.sessions_per_source_max, b.sessions_per_source_max);
   EXPECT_EQ(a.prelude_sessions_max, b.prelude_sessions_max);
   EXPECT_EQ(a.connect_timeout_ms, b.connect_timeout_ms);
+  EXPECT_EQ(a.pipe_bytes, b.pipe_bytes);
+  EXPECT_EQ(a.pipe_bytes_max, b.pipe_bytes_max);
+  EXPECT_EQ(a.grown_pipes_max, b.grown_pipes_max);
   EXPECT_EQ(a.queues_max, b.queues_max);
   EXPECT_EQ(a.health.probe, b.health.probe);
   EXPECT_EQ(a.health.interval_ms, b.health.interval_ms);
@@ -356,6 +359,9 @@ void add_integer_cases(std::vector<BadValue>* out) {
       {"[limits]\n", "prelude_idle_timeout_ms", "limits.prelude_idle_timeout_ms", 1, 86'400'000},
       {"[limits]\n", "connect_timeout_ms", "limits.connect_timeout_ms", 1, 600'000},
       {"[limits]\n", "queues_max", "limits.queues_max", 1, 67'108'864},
+      {"[limits]\n", "pipe_bytes", "limits.pipe_bytes", 4096, 1'048'576},
+      {"[limits]\n", "pipe_bytes_max", "limits.pipe_bytes_max", 4096, 1'048'576},
+      {"[limits]\n", "grown_pipes_max", "limits.grown_pipes_max", 0, 65'536},
       {"[health]\n", "interval_ms", "health.interval_ms", 100, 3'600'000},
       {"[health]\n", "timeout_ms", "health.timeout_ms", 10, 3'600'000},
       {"[health]\n", "rise", "health.rise", 1, 100},
@@ -399,6 +405,10 @@ std::vector<BadValue> bad_values() {
       // Tables of the wrong type.
       {"gateway_not_table", "gateway = 3\n", 1, "gateway", "must be a table"},
       {"limits_not_table", "limits = [1]\n", 1, "limits", "must be a table, not an array"},
+      // [limits] keys that are wrong together
+      {"limits_pipe_bytes_max_below_pipe_bytes",
+       "[limits]\npipe_bytes = 131072\npipe_bytes_max = 65536\n", 3, "limits.pipe_bytes_max",
+       "must be at least limits.pipe_bytes (131072)"},
       {"feed_rabbitmq_not_table", "[feed]\nrabbitmq = true\n", 2, "feed.rabbitmq",
        "must be a table"},
       // [gateway]

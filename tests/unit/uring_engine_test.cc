@@ -733,6 +733,113 @@ TEST_P(UringEngineTest, SpliceRelaysEightMebibytesExactlyBothWays) {
   EXPECT_EQ(counters().bytes_out.load(), kBulk + kReceipt.size());
 }
 
+// One more session through the running engine: the client's CONNECT and SEND reach the
+// owner (accepted into *o), which answers CONNECTED; returns once `spliced` sessions are.
+void splice_another(FakeOwner& owner, uint16_t port, Conn* c, Conn* o, uint64_t spliced,
+                    const WorkerCounters& counters) {
+  *c = connect_to(port);
+  ASSERT_TRUE(c->valid());
+  ASSERT_TRUE(c->send_all(kConnect));
+  std::optional<std::string> connected = c->read_frame();
+  ASSERT_TRUE(connected && command_of(*connected) == "CONNECTED");
+  ASSERT_TRUE(c->send_all(kSend));
+  std::optional<Conn> accepted = owner.accept();
+  ASSERT_TRUE(accepted) << "the gateway did not connect to the owner";
+  *o = std::move(*accepted);
+  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
+  ASSERT_TRUE(o->send_all(kOwnerConnected));
+  ASSERT_TRUE(wait_until(kWait, [&] { return counters.spliced.load() == spliced; }));
+}
+
+// The client writes `data` while the owner waits before reading it all: the gateway's socket
+// from the client fills, so each splice from it takes a whole pipe. True when the owner got
+// exactly `data`.
+bool stream_to_owner(Conn& c, Conn& o, const std::string& data) {
+  std::atomic<bool> sent_ok{false};
+  std::thread writer([&] { sent_ok = c.send_all(data, 30s); });
+  std::this_thread::sleep_for(200ms);
+  std::optional<std::string> got = o.read_exact(data.size(), 30s);
+  writer.join();
+  return sent_ok.load() && got && *got == data;
+}
+
+TEST_P(UringEngineTest, AStreamThatFillsItsPipeGetsItGrownAndTheGrownPipeIsKept) {
+  options_.pipe_bytes = 64u << 10;
+  options_.pipe_bytes_max = 1u << 20;
+  options_.grown_pipes_max = 4;
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
+  const std::string data = random_bytes(8u << 20, 11);
+  ASSERT_TRUE(stream_to_owner(c, o, data)) << "client -> owner bytes differ";
+  if (GetParam() == EngineOptions::SpliceMode::kInline) {
+    // Only the client's direction streamed: one pipe grew.
+    EXPECT_EQ(counters().pipes_grown.load(), 1u);
+    EXPECT_EQ(counters().grown_pipes.load(), 1u);
+  } else {
+    // IORING_OP_SPLICE keeps each direction's pipe for the session, at pipe_bytes.
+    EXPECT_EQ(counters().pipes_grown.load(), 0u);
+    EXPECT_EQ(counters().grown_pipes.load(), 0u);
+  }
+  // Both directions still work after the growth.
+  const std::string back = frame("MESSAGE", {{"destination", "/queue/q1"}, {"message-id", "b"}});
+  ASSERT_TRUE(o.send_all(back));
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, back);
+  c.close();
+  o.close();
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+  // Empty, the grown pipe waits in its pool for the next stream.
+  EXPECT_EQ(counters().grown_pipes.load(),
+            GetParam() == EngineOptions::SpliceMode::kInline ? 1u : 0u);
+}
+
+TEST_P(UringEngineTest, GrownPipesStayWithinTheirLimitAndTheOtherStreamsStillFlow) {
+  options_.pipe_bytes = 64u << 10;
+  options_.pipe_bytes_max = 1u << 20;
+  options_.grown_pipes_max = 1;
+  Conn c1, o1;
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c1, &o1));
+  Conn c2, o2;
+  ASSERT_NO_FATAL_FAILURE(splice_another(owner_, engine_->port(), &c2, &o2, 2, counters()));
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> most{0};
+  std::thread watch([&] {
+    while (!done.load()) {
+      most = std::max(most.load(), counters().grown_pipes.load());
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  const std::string data1 = random_bytes(4u << 20, 21);
+  const std::string data2 = random_bytes(4u << 20, 22);
+  std::atomic<bool> ok2{false};
+  std::thread second([&] { ok2 = stream_to_owner(c2, o2, data2); });
+  const bool ok1 = stream_to_owner(c1, o1, data1);
+  second.join();
+  done = true;
+  watch.join();
+  EXPECT_TRUE(ok1) << "first session: client -> owner bytes differ";
+  EXPECT_TRUE(ok2.load()) << "second session: client -> owner bytes differ";
+  EXPECT_LE(most.load(), 1u);
+  EXPECT_LE(counters().grown_pipes.load(), 1u);
+  if (GetParam() == EngineOptions::SpliceMode::kInline) {
+    EXPECT_GE(counters().pipes_grown.load(), 1u);
+  } else {
+    EXPECT_EQ(counters().pipes_grown.load(), 0u);
+  }
+}
+
+TEST_P(UringEngineTest, PipesNeverGrowWithGrownPipesMaxZero) {
+  options_.grown_pipes_max = 0;
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
+  ASSERT_TRUE(stream_to_owner(c, o, random_bytes(4u << 20, 31)));
+  EXPECT_EQ(counters().pipes_grown.load(), 0u);
+  EXPECT_EQ(counters().grown_pipes.load(), 0u);
+}
+
 TEST_P(UringEngineTest, BytesPipelinedBehindTheSendReachTheOwnerInOrder) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   router_.set_direct(owner_.addr());
