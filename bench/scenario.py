@@ -367,6 +367,8 @@ def run_scenario(args, name, procs, out_dir, record):
         for arr in reversed(started):
             if getattr(arr, "proc", None) is not None:
                 procs.stop(arr.proc)
+            if hasattr(arr, "cleanup"):
+                arr.cleanup()
         procs.stop(sink.proc)
 
 

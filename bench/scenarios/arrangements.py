@@ -7,6 +7,7 @@ Every process is started here by Popen, remembered, and ended by its PID in `Pro
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -220,6 +221,12 @@ class Sluiced:
         wait_listening(self.port, self.proc, 15, "sluiced")
         self._wait_ready(15)
         self.pids = [self.proc.pid]
+
+    def cleanup(self):
+        """Removes the state directory once sluiced has stopped: the spill scenario leaves
+        gigabytes of spill segments there, and a run of many scenarios would fill the disk.
+        The config and the log stay with the run's other files."""
+        shutil.rmtree(os.path.join(self.dir, "state"), ignore_errors=True)
 
     def ctl(self, *argv, timeout_s=5):
         """`sluicectl --socket S --json ARGV...`: its parsed JSON, or None if it failed."""
