@@ -273,7 +273,12 @@ class Worker {
 
   // Empty pipes of ended sessions, reused by new ones (saves pipe2 + F_SETPIPE_SZ + close).
   static constexpr size_t kPipePoolMax = 1024;
-  std::vector<std::pair<int, int>> pipe_pool_;
+  struct PooledPipe {
+    int r;
+    int w;
+    uint32_t cap;  // as the kernel set it when the pipe was made (at most pipe_bytes)
+  };
+  std::vector<PooledPipe> pipe_pool_;
   // Empty grown pipes, for the next direction that streams; every grown pipe (pooled or held)
   // counts in grown_pipes_, at most grown_max_.
   std::vector<std::pair<int, int>> grown_pool_;

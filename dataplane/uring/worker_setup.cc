@@ -51,7 +51,7 @@ Worker::~Worker() {
   if (buf_ring_ != nullptr) munmap(buf_ring_, buf_ring_bytes_);
   if (listen_fd_ >= 0) close(listen_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
-  for (auto [r, w] : pipe_pool_) {
+  for (auto [r, w, cap] : pipe_pool_) {
     close(r);
     close(w);
   }

@@ -76,21 +76,24 @@ bool Worker::take_pipe(Dir& d) {
     return true;
   }
   if (!pipe_pool_.empty()) {
-    std::tie(d.pipe_r, d.pipe_w) = pipe_pool_.back();
+    const PooledPipe& p = pipe_pool_.back();
+    d.pipe_r = p.r;
+    d.pipe_w = p.w;
+    d.pipe_cap = p.cap;
     pipe_pool_.pop_back();
-  } else {
-    int p[2];
-    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
-      log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
-      return false;
-    }
-    d.pipe_r = p[0];
-    d.pipe_w = p[1];
-    // Refused (an unprivileged user over fs.pipe-user-pages-soft): the pipe keeps what the
-    // kernel gave it, which is what gets asked of it.
-    (void)fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes));
+    return true;
   }
-  const int cap = fcntl(d.pipe_w, F_GETPIPE_SZ);
+  int p[2];
+  if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+    log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
+    return false;
+  }
+  d.pipe_r = p[0];
+  d.pipe_w = p[1];
+  // Refused (an unprivileged user over fs.pipe-user-pages-soft): the pipe keeps what the kernel
+  // gave it, which is then what gets asked of it.
+  int cap = fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes));
+  if (cap < 0) cap = fcntl(d.pipe_w, F_GETPIPE_SZ);
   d.pipe_cap = cap > 0 ? std::min(uint32_t(cap), options_.pipe_bytes) : options_.pipe_bytes;
   return true;
 }
@@ -107,7 +110,7 @@ void Worker::give_pipe(Dir& d) {
       counters_.grown_pipes.store(grown_pipes_, std::memory_order_relaxed);
     }
   } else if (d.in_pipe == 0 && pipe_pool_.size() < kPipePoolMax) {
-    pipe_pool_.emplace_back(d.pipe_r, d.pipe_w);
+    pipe_pool_.push_back({d.pipe_r, d.pipe_w, d.pipe_cap});
   } else {
     close(d.pipe_r);
     close(d.pipe_w);
