@@ -32,6 +32,10 @@ constexpr int kIterations = 100;
 constexpr int kRunsPerDirectory = 10;  // then a fresh directory
 constexpr uint32_t kProducers = 12;
 constexpr int kKillAfterMsMax = 150;
+// One kill in kFromStartEvery is timed from the child's start, so it can land while the log is
+// opened and recovered; the others from its ready line, so they land among the appends.
+constexpr int kFromStartEvery = 4;
+constexpr std::chrono::milliseconds kReadyTimeout{20000};
 constexpr uint64_t kSeed = 20261130;
 
 std::string crash_body(uint64_t producer, uint64_t index) {  // as in spill_crash_child.cc
@@ -44,8 +48,10 @@ std::string crash_body(uint64_t producer, uint64_t index) {  // as in spill_cras
 
 using Key = std::pair<uint64_t, uint64_t>;  // (producer id, index)
 
-// Runs the child until `kill_after_ms`, then SIGKILLs it; returns what it printed.
-std::string run_child(const std::string& dir, uint64_t run, uint64_t seed, int kill_after_ms) {
+// Runs the child and SIGKILLs it `kill_after_ms` after its start (`from_start`) or after it
+// printed its ready line (the log open and recovered); returns what it printed.
+std::string run_child(const std::string& dir, uint64_t run, uint64_t seed, int kill_after_ms,
+                      bool from_start) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return {};
   const std::string run_s = std::to_string(run), seed_s = std::to_string(seed),
@@ -60,9 +66,16 @@ std::string run_child(const std::string& dir, uint64_t run, uint64_t seed, int k
   ::close(fds[1]);
   std::string out;
   char buf[65536];
-  const auto kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(kill_after_ms);
-  bool killed = false;
+  const auto start = std::chrono::steady_clock::now();
+  const auto after = std::chrono::milliseconds(kill_after_ms);
+  // Until the ready line arrives the kill waits at most kReadyTimeout (bounded either way).
+  auto kill_at = from_start ? start + after : start + kReadyTimeout;
+  bool killed = false, ready = from_start;
   for (;;) {
+    if (!ready && out.find("R\n") != std::string::npos) {
+      ready = true;
+      kill_at = std::chrono::steady_clock::now() + after;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (!killed && now >= kill_at) {
       ::kill(pid, SIGKILL);  // only the child this test started
@@ -86,6 +99,7 @@ std::string run_child(const std::string& dir, uint64_t run, uint64_t seed, int k
   ::waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
       << "the child ended on its own (status " << status << ")";
+  EXPECT_TRUE(ready) << "the child never opened its log within " << kReadyTimeout.count() << " ms";
   return out;
 }
 
@@ -105,11 +119,13 @@ TEST(SpillCrash, EveryReportedAppendSurvivesSigkillAndNothingPartialDoes) {
     }
     const std::string dir = base->path() + "/spill";
     const int kill_ms = int(rng() % kKillAfterMsMax);
-    const std::string out = run_child(dir, uint64_t(it + 1), rng(), kill_ms);
+    const bool from_start = it % kFromStartEvery == 0;
+    const std::string out = run_child(dir, uint64_t(it + 1), rng(), kill_ms, from_start);
     std::istringstream lines(out);
     std::string line;
     while (std::getline(lines, line)) {
-      if (lines.eof()) break;  // last line without its newline: cut by the kill
+      if (lines.eof()) break;     // last line without its newline: cut by the kill
+      if (line == "R") continue;  // the ready line
       unsigned long long id, idx, seq;
       ASSERT_EQ(std::sscanf(line.c_str(), "D %llu %llu %llu", &id, &idx, &seq), 3) << line;
       reported[{id, idx}] = seq;
