@@ -73,7 +73,7 @@ struct Dir {
   int pipe_r = -1;
   int pipe_w = -1;
   uint32_t in_pipe = 0;
-  uint32_t pipe_cap = 0;  // capacity of the pipe held (F_GETPIPE_SZ), 0 without one
+  uint32_t pipe_cap = 0;  // capacity of the pipe held (as F_SETPIPE_SZ set it), 0 without one
   bool eof = false;
   bool done = false;
   bool bulk = false;          // filled a pipe: takes a grown one from the pool when it can
@@ -232,9 +232,10 @@ class Worker {
   void finish_dir(uint32_t slot, int d);
   void pump(uint32_t slot, int d);  // SpliceMode::kInline
   void count_spliced(Session& s, int d, uint64_t n);
-  bool take_pipe(Dir& d);  // from a pool, or a new one
-  void give_pipe(Dir& d);  // back to its pool when empty, else closed
-  void grow_pipe(Dir& d);  // to pipe_bytes_max, within the worker's share of grown pipes
+  bool take_pipe(Dir& d);       // from a pool, or a new one
+  void give_pipe(Dir& d);       // back to its pool when empty, else closed
+  void grow_pipe(Dir& d);       // to pipe_bytes_max, within the worker's share of grown pipes
+  void count_grown(int delta);  // grown_pipes_ and its gauge
   bool grown(const Dir& d) const { return d.pipe_cap > options_.pipe_bytes; }
 
   // worker_spill.cc
@@ -276,12 +277,12 @@ class Worker {
   struct PooledPipe {
     int r;
     int w;
-    uint32_t cap;  // as the kernel set it when the pipe was made (at most pipe_bytes)
+    uint32_t cap;  // as asked of F_SETPIPE_SZ: pipe_bytes or less, pipe_bytes_max when grown
   };
   std::vector<PooledPipe> pipe_pool_;
   // Empty grown pipes, for the next direction that streams; every grown pipe (pooled or held)
   // counts in grown_pipes_, at most grown_max_.
-  std::vector<std::pair<int, int>> grown_pool_;
+  std::vector<PooledPipe> grown_pool_;
   uint32_t grown_pipes_ = 0;
   uint32_t grown_max_ = 0;
   std::vector<Session> sessions_;

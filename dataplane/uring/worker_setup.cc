@@ -55,7 +55,7 @@ Worker::~Worker() {
     close(r);
     close(w);
   }
-  for (auto [r, w] : grown_pool_) {
+  for (auto [r, w, cap] : grown_pool_) {
     close(r);
     close(w);
   }

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <tuple>
 
 #include "dataplane/session/assert.h"
 #include "dataplane/uring/worker.h"
@@ -69,18 +68,13 @@ void Worker::start_splice(uint32_t slot) {
 }
 
 bool Worker::take_pipe(Dir& d) {
-  if (d.bulk && !grown_pool_.empty()) {
-    std::tie(d.pipe_r, d.pipe_w) = grown_pool_.back();
-    grown_pool_.pop_back();
-    d.pipe_cap = options_.pipe_bytes_max;
-    return true;
-  }
-  if (!pipe_pool_.empty()) {
-    const PooledPipe& p = pipe_pool_.back();
+  std::vector<PooledPipe>& pool = d.bulk && !grown_pool_.empty() ? grown_pool_ : pipe_pool_;
+  if (!pool.empty()) {
+    const PooledPipe& p = pool.back();
     d.pipe_r = p.r;
     d.pipe_w = p.w;
     d.pipe_cap = p.cap;
-    pipe_pool_.pop_back();
+    pool.pop_back();
     return true;
   }
   int p[2];
@@ -102,12 +96,11 @@ void Worker::give_pipe(Dir& d) {
   if (d.pipe_r < 0) return;
   if (grown(d)) {
     if (d.in_pipe == 0) {
-      grown_pool_.emplace_back(d.pipe_r, d.pipe_w);  // never more than grown_max_ exist
+      grown_pool_.push_back({d.pipe_r, d.pipe_w, d.pipe_cap});  // at most grown_max_ exist
     } else {
       close(d.pipe_r);
       close(d.pipe_w);
-      --grown_pipes_;
-      counters_.grown_pipes.store(grown_pipes_, std::memory_order_relaxed);
+      count_grown(-1);
     }
   } else if (d.in_pipe == 0 && pipe_pool_.size() < kPipePoolMax) {
     pipe_pool_.push_back({d.pipe_r, d.pipe_w, d.pipe_cap});
@@ -125,10 +118,10 @@ void Worker::grow_pipe(Dir& d) {
   if (grown_pipes_ >= grown_max_) {
     // Every grown pipe is taken, or idle in the pool: an idle one gives way.
     if (grown_pool_.empty()) return;
-    close(grown_pool_.back().first);
-    close(grown_pool_.back().second);
+    close(grown_pool_.back().r);
+    close(grown_pool_.back().w);
     grown_pool_.pop_back();
-    --grown_pipes_;
+    count_grown(-1);
   }
   // Growing keeps what the pipe holds. A grown pipe is not shrunk again: it goes to its own
   // pool, for the next direction that streams.
@@ -137,14 +130,17 @@ void Worker::grow_pipe(Dir& d) {
     d.grow_refused = true;
     log_(LogLevel::kDebug, "pipe_grow_refused",
          {{{"error", cap < 0 ? std::strerror(errno) : "smaller than asked"}}});
-    counters_.grown_pipes.store(grown_pipes_, std::memory_order_relaxed);
     return;
   }
   d.pipe_cap = options_.pipe_bytes_max;
   d.bulk = true;
-  ++grown_pipes_;
-  counters_.grown_pipes.store(grown_pipes_, std::memory_order_relaxed);
+  count_grown(1);
   add(counters_.pipes_grown, 1);
+}
+
+void Worker::count_grown(int delta) {
+  grown_pipes_ = uint32_t(int64_t(grown_pipes_) + delta);
+  counters_.grown_pipes.store(grown_pipes_, std::memory_order_relaxed);
 }
 
 void Worker::arm_poll(uint32_t slot, int d, bool out) {
