@@ -2,7 +2,7 @@
 // path measured against it: 64- and 1514-byte Ethernet/IPv4/TCP frames from an rte_ring-backed
 // port to net_null, forwarded (a) by bare rte_eth_rx_burst/rte_eth_tx_burst as testpmd's io
 // mode, (b) by port::LcoreLoop with the IoForward handler and (c) by port::LcoreLoop with an
-// engine::Lcore whose one flow is spliced (issue 7: target >= 0.5x the I/O forwarding rate);
+// engine::Lcore whose one flow is spliced (issue 7: target >= 0.5x (a), testpmd's io rate);
 // with the established-flow frames also (d) by bare ethdev calls plus only the rewrite every
 // full-NAT splice does (bench::run_bare_rewrite), the floor that shows what the target allows.
 // Prints Mpps per lcore for each; the filling of the ring is not timed.
@@ -145,9 +145,10 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options) {
     const dpdk::engine::LcoreCounters& after = s->lcore->counters();
     const uint64_t c2o = after.c2o_packets - before.c2o_packets;
     const double ratio = ref.mpps > 0 ? spliced.mpps / ref.mpps : 0;
-    std::printf("  ratio splice/IoForward      %7.2f  target >= %.2f: %s\n", ratio, kSpliceTarget,
-                ratio >= kSpliceTarget ? "met" : "NOT met");
-    // The stricter reference: bare ethdev calls, without the lcore loop's own cost.
+    // Against our own loop: what the splice costs beyond the loop. Not the target's reference.
+    std::printf("  ratio splice/IoForward      %7.2f  (the splice against our own poll loop)\n",
+                ratio);
+    // The target's reference: testpmd's io mode, bare ethdev calls without our loop's cost.
     const double raw_ratio = raw.mpps > 0 ? spliced.mpps / raw.mpps : 0;
     std::printf("  ratio splice/ethdev         %7.2f  target >= %.2f: %s\n", raw_ratio,
                 kSpliceTarget, raw_ratio >= kSpliceTarget ? "met" : "NOT met");
