@@ -2,8 +2,10 @@
 // same file system with the spill log's own batch size as the reference, (b) the spill log with
 // 1 KiB records from 256 producers; then recovery of a log (1 GiB with --full) against a raw
 // sequential read of the same files. Prints figures, `ratio` and `target` lines.
-// Usage: spill_bench [--full] [--dir=PATH] [--seconds=N]  (--benchmark_* flags are accepted
-// and ignored: CI's smoke run passes --benchmark_min_time).
+// Usage: spill_bench [--full] [--dir=PATH] [--seconds=N] [--threads=N] [--window=N]
+// (--benchmark_* flags are accepted and ignored: CI's smoke run passes --benchmark_min_time).
+// --threads and --window change the producers' shape for experiments (defaults 4 and 4); the
+// spill scenario's reference and the README's figures use the defaults.
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>
@@ -34,8 +36,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr uint32_t kProducers = 256;
-constexpr uint32_t kThreads = 4;  // 64 producers each: every producer has its own rings/arena
-constexpr uint32_t kWindow = 4;   // appends in flight per producer (pipelined SENDs)
+uint32_t producer_threads = 4;  // --threads: 64 producers each by default
+uint32_t producer_window = 4;   // --window: appends in flight per producer (pipelined SENDs)
 constexpr size_t kRecordBytes = 1024;
 uint64_t segment_bytes = 64ull << 20;  // --segment-mib: the option's default
 bool direct_io = true;                 // --buffered turns the spill log's O_DIRECT writes off
@@ -90,18 +92,18 @@ struct SpillResult {
   std::vector<uint64_t> lat_ns;
 };
 
-// 256 producers appending 1 KiB records for `seconds`, kWindow appends in flight each, on
-// kThreads threads. Two shapes:
+// 256 producers appending 1 KiB records for `seconds`, producer_window appends in flight each,
+// on producer_threads threads (64 producers each by default). Two shapes:
 //  - workers (the gateway's): each thread is a worker with one SpillProducer (its own ring
-//    pair and arena) shared by the 64 client sessions it serves;
-//  - per_producer: each of the 256 producers has its own SpillProducer, 64 per thread.
+//    pair and arena) shared by the client sessions it serves;
+//  - per_producer: each of the 256 producers has its own SpillProducer.
 SpillResult run_spill(const std::string& dir, double seconds, bool per_producer) {
   RecoveryReport rep;
   std::string error;
-  const uint32_t per = kProducers / kThreads;
-  SpillOptions o = bench_options(dir, per_producer ? kProducers : kThreads);
+  const uint32_t per = kProducers / producer_threads;
+  SpillOptions o = bench_options(dir, per_producer ? kProducers : producer_threads);
   if (!per_producer) {
-    o.producer_ring_depth = 2 * per * kWindow;
+    o.producer_ring_depth = 2 * per * producer_window;
     o.producer_arena_bytes = 2u << 20;
   }
   auto log = SpillLog::open(o, &rep, &error);
@@ -111,22 +113,22 @@ SpillResult run_spill(const std::string& dir, double seconds, bool per_producer)
   }
   log->start();
   const std::string body(kRecordBytes - 64, 'x');  // + headers + record header ~ 1 KiB
-  std::vector<std::vector<uint64_t>> lat(kThreads);
+  std::vector<std::vector<uint64_t>> lat(producer_threads);
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   std::vector<std::string> queues;
   for (int q = 0; q < 16; ++q)
     queues.push_back("bench" + std::to_string(q));
   const auto t0 = Clock::now();
-  for (uint32_t t = 0; t < kThreads; ++t)
+  for (uint32_t t = 0; t < producer_threads; ++t)
     threads.emplace_back([&, t] {
       // Session k of this thread: its appends in flight and when each was made. With one
       // producer per worker, completions come back in append order, so a FIFO of
       // (session, time) matches them; with a producer per session, tokens index the window.
       std::vector<uint32_t> in_flight(per, 0);
       std::vector<uint64_t> next(per, 0);
-      std::vector<std::vector<uint64_t>> sent(per, std::vector<uint64_t>(kWindow));
-      std::vector<std::pair<uint32_t, uint64_t>> fifo(per * kWindow * 2);
+      std::vector<std::vector<uint64_t>> sent(per, std::vector<uint64_t>(producer_window));
+      std::vector<std::pair<uint32_t, uint64_t>> fifo(per * producer_window * 2);
       size_t fifo_head = 0, fifo_tail = 0;
       std::vector<pollfd> pfds(per);
       auto& my = lat[t];
@@ -152,7 +154,7 @@ SpillResult run_spill(const std::string& dir, double seconds, bool per_producer)
                                   body) != AppendResult::kQueued)
           return false;
         if (per_producer) {
-          sent[k][next[k] % kWindow] = ts;
+          sent[k][next[k] % producer_window] = ts;
         } else {
           fifo[fifo_tail++ % fifo.size()] = {k, ts};
         }
@@ -168,19 +170,20 @@ SpillResult run_spill(const std::string& dir, double seconds, bool per_producer)
         bool progress = false;
         if (per_producer) {
           for (uint32_t k = 0; k < per; ++k)
-            progress |= producer_of(k).poll(
-                            [&](const Completion& c) { done(k, sent[k][c.token % kWindow], c); },
-                            kWindow) > 0;
+            progress |=
+                producer_of(k).poll(
+                    [&](const Completion& c) { done(k, sent[k][c.token % producer_window], c); },
+                    producer_window) > 0;
         } else {
           progress |= log->producer(t).poll(
                           [&](const Completion& c) {
                             const auto [k, ts] = fifo[fifo_head++ % fifo.size()];
                             done(k, ts, c);
                           },
-                          per * kWindow) > 0;
+                          per * producer_window) > 0;
         }
         for (uint32_t k = 0; k < per; ++k)
-          while (in_flight[k] < kWindow && append(k))
+          while (in_flight[k] < producer_window && append(k))
             progress = true;
         if (progress) continue;
         if (!per_producer) {
@@ -363,13 +366,26 @@ int main(int argc, char** argv) {
       base = a.substr(6);
     } else if (a.rfind("--segment-mib=", 0) == 0) {
       segment_bytes = std::strtoull(a.c_str() + 14, nullptr, 10) << 20;
+    } else if (a.rfind("--threads=", 0) == 0) {
+      producer_threads = uint32_t(std::strtoul(a.c_str() + 10, nullptr, 10));
+      if (producer_threads == 0 || producer_threads > 64 || kProducers % producer_threads != 0) {
+        std::fprintf(stderr, "spill_bench: --threads must divide %u (1 to 64)\n", kProducers);
+        return 2;
+      }
+    } else if (a.rfind("--window=", 0) == 0) {
+      producer_window = uint32_t(std::strtoul(a.c_str() + 9, nullptr, 10));
+      if (producer_window == 0 || producer_window > 64) {
+        std::fprintf(stderr, "spill_bench: --window must be 1 to 64\n");
+        return 2;
+      }
     } else if (a.rfind("--seconds=", 0) == 0) {
       seconds = std::atof(a.c_str() + 10);
     } else if (a.rfind("--benchmark_", 0) == 0) {
       // Google Benchmark flags from CI's smoke run: accepted, the smoke mode is the default.
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--full] [--buffered] [--dir=PATH] [--seconds=N] [--segment-mib=N]\n",
+                   "usage: %s [--full] [--buffered] [--dir=PATH] [--seconds=N] [--segment-mib=N] "
+                   "[--threads=N] [--window=N]\n",
                    argv[0]);
       return 2;
     }
@@ -393,7 +409,7 @@ int main(int argc, char** argv) {
   std::printf(
       "spill_bench: %u concurrent producers, %u appends in flight each, %zu-byte "
       "records, on %u threads (see each line for how producers map to SpillProducers)\n",
-      kProducers, kWindow, kRecordBytes, kThreads);
+      kProducers, producer_window, kRecordBytes, producer_threads);
 
   struct Ratios {
     double tput = 0, lat = 0;
@@ -444,13 +460,15 @@ int main(int argc, char** argv) {
         if (h[b]) out += " <" + std::to_string(1u << b) + "us:" + std::to_string(h[b]);
       return out;
     };
-    const char* shape = per_producer ? "256 SpillProducers, 64 per thread"
-                                     : "4 workers x 64 sessions, one SpillProducer per worker";
+    const std::string per = std::to_string(kProducers / producer_threads);
+    const std::string shape = per_producer ? "256 SpillProducers, " + per + " per thread"
+                                           : std::to_string(producer_threads) + " workers x " +
+                                                 per + " sessions, one SpillProducer per worker";
     std::printf(
         "spill [%s]: %llu durable records, %.0f records/s, %.1f MiB/s, %llu batches "
         "(avg %zu bytes, %.0f records), append-to-durable p50 %.0f us p99 %.0f us\n",
-        shape, static_cast<unsigned long long>(s.records), double(s.records) / s.seconds, s_mibs,
-        static_cast<unsigned long long>(s.batches), batch,
+        shape.c_str(), static_cast<unsigned long long>(s.records), double(s.records) / s.seconds,
+        s_mibs, static_cast<unsigned long long>(s.batches), batch,
         s.batches ? double(s.records) / double(s.batches) : 0.0, s_p50, s_p99);
     std::printf(
         "raw   [same batch size]: %llu write+fdatasync of %zu bytes, %.1f MiB/s, %.0f "
