@@ -53,7 +53,7 @@ TEST(SpillRecordHeaders, TooSmallABufferIsRefused) {
   EXPECT_FALSE(spill_record_headers(p.frame(), out).has_value());
 }
 
-// The encoding spelled out octet by octet, as the spec states it: what the run-copying code must
+// The encoding spelled out octet by octet, as the spec states it: what spill_record_headers must
 // give for any header.
 std::string reference_headers(const Frame& f) {
   std::string out;
