@@ -9,6 +9,9 @@
 
 namespace sluice::control {
 
+// Text that came from a peer is cut to this many bytes in an error or log line.
+inline constexpr size_t kQuotedBytesMax = 200;
+
 inline std::string printable(std::string_view s, size_t max) {
   std::string out;
   const size_t n = std::min(s.size(), max);

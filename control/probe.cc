@@ -30,8 +30,6 @@ using asio::ip::tcp;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
-// Text that came from the broker is cut to this many bytes in an error line.
-constexpr size_t kQuotedBytesMax = 200;
 // The first word of a reply that is not STOMP, quoted in the error.
 constexpr size_t kTokenBytesMax = 32;
 

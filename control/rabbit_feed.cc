@@ -30,8 +30,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::string_view kQueuesPath = "/api/queues?columns=name,vhost,node,leader,type";
 // A management API response head is a few hundred bytes; anything near this is not one.
 constexpr uint32_t kHeaderBytesMax = 64u << 10;
-// Text that came from the peer is cut to this many bytes in an error line.
-constexpr size_t kQuotedBytesMax = 200;
 
 std::string printable(std::string_view s) {
   return control::printable(s, kQuotedBytesMax);

@@ -5,6 +5,7 @@
 
 #include <liburing.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -33,6 +34,11 @@ struct SegmentFile {
 // O_DIRECT writes are aligned to this (offset, length and memory); it covers every logical
 // block size in use (512 and 4096).
 inline constexpr uint64_t kDirectBlockBytes = 4096;
+
+// What a failed write, fdatasync or fallocate means for the appends it carried.
+inline AppendStatus status_of_errno(int e) {
+  return (e == ENOSPC || e == EDQUOT) ? AppendStatus::kDiskFull : AppendStatus::kDiskError;
+}
 
 struct SegmentState {
   std::shared_ptr<SegmentFile> file;  // mu (readers copy it)

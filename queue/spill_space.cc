@@ -15,9 +15,6 @@
 
 namespace sluice::queue {
 namespace {
-AppendStatus status_of_errno(int e) {
-  return (e == ENOSPC || e == EDQUOT) ? AppendStatus::kDiskFull : AppendStatus::kDiskError;
-}
 
 // A write-only O_DIRECT descriptor for a segment, or -1 and why not. The file system's own
 // alignment needs (statx, where it reports them) must divide our 4 KiB blocks.

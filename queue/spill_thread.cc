@@ -36,9 +36,6 @@ uint64_t wall_ns() {
 void bump_max(std::atomic<uint64_t>& a, uint64_t v) {
   if (v > a.load(std::memory_order_relaxed)) a.store(v, std::memory_order_relaxed);
 }
-AppendStatus status_of_errno(int e) {
-  return (e == ENOSPC || e == EDQUOT) ? AppendStatus::kDiskFull : AppendStatus::kDiskError;
-}
 
 }  // namespace
 

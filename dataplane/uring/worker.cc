@@ -19,17 +19,6 @@
 
 namespace sluice::uring::detail {
 
-namespace {
-
-void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
-  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-}
-void drop(std::atomic<uint64_t>& c) {
-  c.store(c.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
-}
-
-}  // namespace
-
 Nanos Worker::now() const {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

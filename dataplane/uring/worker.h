@@ -35,6 +35,15 @@ inline constexpr Nanos kScanInterval = 100 * session::kNanosPerMilli;
 // The longest the loop sleeps: control's messages are applied at least this often.
 inline constexpr Nanos kWaitMax = 20 * session::kNanosPerMilli;
 
+// A worker's counters have one writer (the worker) and are read by the metrics thread: a relaxed
+// load and store, not a read-modify-write.
+inline void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+inline void drop(std::atomic<uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+}
+
 enum class Op : uint8_t {
   kAccept = 1,
   kWake,

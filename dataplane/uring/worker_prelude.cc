@@ -16,10 +16,6 @@ namespace sluice::uring::detail {
 
 namespace {
 
-void bump(std::atomic<uint64_t>& c) {
-  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-}
-
 uint64_t mix(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;

@@ -14,10 +14,6 @@ namespace {
 
 constexpr std::string_view kTxnRefused = "transaction refused: owner unavailable";
 
-void bump(std::atomic<uint64_t>& c) {
-  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-}
-
 }  // namespace
 
 void Worker::start_spill(uint32_t slot) {

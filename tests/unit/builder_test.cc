@@ -17,13 +17,9 @@
 
 #include "dataplane/session/parser.h"
 #include "dataplane/session/stomp.h"
+#include "tests/unit/stomp_frames.h"
 
 namespace sluice::session {
-
-// Readable failure messages. Internal linkage: the other test files may define their own.
-[[maybe_unused]] static void PrintTo(Command c, std::ostream* os) {
-  *os << command_name(c);
-}
 
 namespace {
 
@@ -32,7 +28,7 @@ using namespace std::string_view_literals;
 using Status = ParseResult::Status;
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
-constexpr std::array<Version, 3> kAllVersions = {Version::k1_0, Version::k1_1, Version::k1_2};
+using testing::kAllVersions;
 
 // A frame read back by the parser, with header names and values decoded.
 struct Reparsed {

@@ -21,7 +21,8 @@
 
 namespace sluice::session {
 
-// Readable failure messages. Internal linkage: the other test files may define their own.
+// Readable failure messages (PrintTo(Command) is in stomp_frames.h). Internal linkage: the
+// other test files may define their own.
 [[maybe_unused]] static void PrintTo(ParseError e, std::ostream* os) {
   *os << "ParseError(" << parse_error_message(e) << ")";
 }
@@ -30,9 +31,6 @@ namespace sluice::session {
                                                         "kError"};
   *os << kNames[size_t(s)];
 }
-[[maybe_unused]] static void PrintTo(Command c, std::ostream* os) {
-  *os << command_name(c);
-}
 
 namespace {
 
@@ -40,12 +38,7 @@ using namespace std::string_literals;
 using Status = ParseResult::Status;
 using sluice::session::testing::frame;
 
-constexpr std::array<Command, 15> kAllCommands = {
-    Command::kConnect,   Command::kStomp,       Command::kConnected, Command::kSend,
-    Command::kSubscribe, Command::kUnsubscribe, Command::kAck,       Command::kNack,
-    Command::kBegin,     Command::kCommit,      Command::kAbort,     Command::kDisconnect,
-    Command::kMessage,   Command::kReceipt,     Command::kError,
-};
+using testing::kAllCommands;
 
 constexpr std::array<Command, 12> kBodylessCommands = {
     Command::kConnect,     Command::kStomp, Command::kConnected,  Command::kSubscribe,

@@ -15,19 +15,15 @@
 
 #include "dataplane/session/parser.h"
 #include "dataplane/session/stomp.h"
+#include "tests/unit/stomp_frames.h"
 
 namespace sluice::session {
 namespace {
 
 using Status = ParseResult::Status;
 
-constexpr std::array<Command, 15> kAllCommands = {
-    Command::kConnect,   Command::kStomp,       Command::kConnected, Command::kSend,
-    Command::kSubscribe, Command::kUnsubscribe, Command::kAck,       Command::kNack,
-    Command::kBegin,     Command::kCommit,      Command::kAbort,     Command::kDisconnect,
-    Command::kMessage,   Command::kReceipt,     Command::kError,
-};
-constexpr std::array<Version, 3> kAllVersions = {Version::k1_0, Version::k1_1, Version::k1_2};
+using testing::kAllCommands;
+using testing::kAllVersions;
 
 // One parser event, with everything a frame carries copied out of the buffer.
 struct Event {

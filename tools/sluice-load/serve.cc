@@ -19,15 +19,15 @@ namespace {
 constexpr size_t kRecvBytesInitial = 256u << 10;
 constexpr size_t kRecvBytesMax = 4u << 20;  // > the largest frame the sink parses
 constexpr int kListenBacklog = 1024;
-constexpr uint64_t kWaitNs = 100'000'000;  // signals and the deadline are checked this often
+constexpr uint64_t kSinkWaitNs = 100'000'000;  // signals and the deadline are checked this often
 constexpr uint32_t kListenerId = 0xffffffffu;
 
 volatile std::sig_atomic_t g_stop = 0;
-void on_signal(int) {
+void on_sink_signal(int) {
   g_stop = 1;
 }
 
-struct Conn {
+struct SinkConn {
   int fd = -1;
   uint32_t gen = 0;
   bool recv_armed = false;
@@ -56,7 +56,7 @@ class SinkLoop {
     arm_accept();
     const uint64_t end = o_.duration_s > 0 ? now_ns() + uint64_t(o_.duration_s * 1e9) : 0;
     while (!g_stop && (end == 0 || now_ns() < end)) {
-      if (!ring_.submit_and_wait(kWaitNs)) break;
+      if (!ring_.submit_and_wait(kSinkWaitNs)) break;
       io_uring_cqe* cqe;
       unsigned head, seen = 0;
       io_uring_for_each_cqe(ring_.get(), head, cqe) {
@@ -84,7 +84,7 @@ class SinkLoop {
                  (unsigned long long)s.delivered, (unsigned long long)s.dropped,
                  (unsigned long long)s.receipts, (unsigned long long)s.errors);
     ::close(listen_fd_);
-    for (Conn& c : conns_)
+    for (SinkConn& c : conns_)
       if (c.fd >= 0) ::close(c.fd);
     return 0;
   }
@@ -97,7 +97,7 @@ class SinkLoop {
   }
 
   void arm_recv(uint32_t id) {
-    Conn& c = conns_[id];
+    SinkConn& c = conns_[id];
     if (c.recv_armed || c.dead) return;
     if (c.in_len == c.in.size()) {
       if (c.in.size() >= kRecvBytesMax) return kill(id);  // a frame over every limit
@@ -110,7 +110,7 @@ class SinkLoop {
   }
 
   void flush(uint32_t id) {
-    Conn& c = conns_[id];
+    SinkConn& c = conns_[id];
     if (c.dead || c.send_armed) return;
     if (sink_.pending_bytes(id) > 0) {
       sink_.take_output(id, &c.flight);
@@ -125,7 +125,7 @@ class SinkLoop {
   }
 
   void process(uint32_t id) {
-    Conn& c = conns_[id];
+    SinkConn& c = conns_[id];
     if (c.dead) return;
     if (c.in_len > 0) {
       const size_t used = sink_.on_bytes(id, std::string_view(c.in.data(), c.in_len));
@@ -142,7 +142,7 @@ class SinkLoop {
   }
 
   void kill(uint32_t id) {
-    Conn& c = conns_[id];
+    SinkConn& c = conns_[id];
     if (!c.dead) {
       c.dead = true;
       ::shutdown(c.fd, SHUT_RDWR);
@@ -162,9 +162,9 @@ class SinkLoop {
           ::close(res);  // --connections-max reached
         } else {
           if (id >= conns_.size()) conns_.resize(id + 1);
-          Conn& c = conns_[id];
+          SinkConn& c = conns_[id];
           const uint32_t gen = c.gen;
-          c = Conn{};
+          c = SinkConn{};
           c.gen = gen;
           c.fd = res;
           c.in.resize(kRecvBytesInitial);
@@ -175,7 +175,7 @@ class SinkLoop {
       return;
     }
     const uint32_t id = conn_of(ud);
-    Conn& c = conns_[id];
+    SinkConn& c = conns_[id];
     if (op_of(ud) == Op::kRecv) {
       c.recv_armed = false;
       if (res <= 0 || c.dead) return kill(id);
@@ -202,15 +202,15 @@ class SinkLoop {
   Ring ring_;
   Sink sink_;
   int listen_fd_ = -1;
-  std::vector<Conn> conns_;
+  std::vector<SinkConn> conns_;
   std::vector<uint32_t> paused_;
 };
 
 }  // namespace
 
 int run_serve(const ServeOptions& options) {
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_sink_signal);
+  std::signal(SIGTERM, on_sink_signal);
   std::signal(SIGPIPE, SIG_IGN);
   SinkLoop loop(options);
   return loop.run();
