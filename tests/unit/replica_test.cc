@@ -21,7 +21,7 @@
 namespace sluice::control {
 namespace {
 
-std::vector<NodeSpec> three_nodes() {
+std::vector<NodeSpec> weighted_nodes() {
   return {
       {"rabbit-1", "10.0.0.1", 61613, 100},
       {"rabbit-2", "10.0.0.2", 61613, 200},
@@ -52,7 +52,7 @@ ControlToWorker set_backlog(std::string_view vhost, std::string_view queue, bool
 }
 
 TEST(Replica, SetOwnerIsFoundWithItsSource) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   EXPECT_TRUE(r.apply(set_owner("/", "orders", 1, OwnerSource::kLearned)));
   const Route route = r.lookup("/", "orders");
   EXPECT_TRUE(route.known);
@@ -67,7 +67,7 @@ TEST(Replica, SetOwnerIsFoundWithItsSource) {
 }
 
 TEST(Replica, UnknownKeyLooksUpAsNoOwner) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   const Route route = r.lookup("/", "nobody");
   EXPECT_FALSE(route.known);
   EXPECT_EQ(route.owner, kNoNode);
@@ -75,7 +75,7 @@ TEST(Replica, UnknownKeyLooksUpAsNoOwner) {
 }
 
 TEST(Replica, ClearOwnerMakesTheKeyUnknown) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   ASSERT_TRUE(r.apply(set_owner("/", "orders", 2, OwnerSource::kPinned)));
   EXPECT_TRUE(r.apply(clear_owner("/", "orders")));
   EXPECT_FALSE(r.lookup("/", "orders").known);
@@ -86,7 +86,7 @@ TEST(Replica, ClearOwnerMakesTheKeyUnknown) {
 }
 
 TEST(Replica, NodeStateSetsAdminAndHealth) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   EXPECT_EQ(r.node_count(), 3u);
   EXPECT_EQ(r.node_admin(1), AdminState::kUp);
   EXPECT_EQ(r.node_health(1), HealthState::kUp);
@@ -100,7 +100,7 @@ TEST(Replica, NodeStateSetsAdminAndHealth) {
 }
 
 TEST(Replica, BacklogFlagIsKeptWithOrWithoutOwner) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   // A backlog may be announced before the owner is known: the key reads unknown but backlogged.
   EXPECT_TRUE(r.apply(set_backlog("/", "orders", true)));
   Route route = r.lookup("/", "orders");
@@ -136,7 +136,7 @@ TEST(Replica, BacklogFlagIsKeptWithOrWithoutOwner) {
 }
 
 TEST(Replica, BarrierRecordsItsSequence) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   EXPECT_EQ(r.barrier_seq(), 0u);
   EXPECT_TRUE(r.apply(Barrier{41}));
   EXPECT_EQ(r.barrier_seq(), 41u);
@@ -145,7 +145,7 @@ TEST(Replica, BarrierRecordsItsSequence) {
 }
 
 TEST(Replica, UnknownKeyIsPlacedByRendezvousAndReported) {
-  const std::vector<NodeSpec> nodes = three_nodes();
+  const std::vector<NodeSpec> nodes = weighted_nodes();
   Replica r(nodes, 1024);
   const Placement placement(nodes);
   for (int i = 0; i < 200; ++i) {
@@ -169,14 +169,14 @@ TEST(Replica, UnknownKeyIsPlacedByRendezvousAndReported) {
 }
 
 TEST(Replica, PlacementWithoutReportStillRecords) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   const NodeIndex node = r.place_unknown("/", "orders", nullptr);
   ASSERT_NE(node, kNoNode);
   EXPECT_EQ(r.lookup("/", "orders").owner, node);
 }
 
 TEST(Replica, PlacementKeepsAnAnnouncedBacklog) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   ASSERT_TRUE(r.apply(set_backlog("/", "orders", true)));
   const NodeIndex node = r.place_unknown("/", "orders", nullptr);
   const Route route = r.lookup("/", "orders");
@@ -186,7 +186,7 @@ TEST(Replica, PlacementKeepsAnAnnouncedBacklog) {
 }
 
 TEST(Replica, KeepsWhateverControlSentLast) {
-  const std::vector<NodeSpec> nodes = three_nodes();
+  const std::vector<NodeSpec> nodes = weighted_nodes();
   Replica r(nodes, 16);
   const NodeIndex placed = r.place_unknown("/", "orders", nullptr);
   const NodeIndex other = NodeIndex((placed + 1) % 3);
@@ -205,7 +205,7 @@ TEST(Replica, KeepsWhateverControlSentLast) {
 }
 
 TEST(Replica, KeyTooLongForAMessageIsNotPlaced) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   const std::string long_queue(kQueueBytesMax + 1, 'q');
   const std::string long_vhost(kVhostBytesMax + 1, 'v');
   WorkerToControl report = PassiveFailure{7};
@@ -243,7 +243,7 @@ TEST(WireKey, RefusesKeysLongerThanTheLimits) {
 }
 
 TEST(Replica, FullReplicaRefusesNewKeysAndCountsThem) {
-  Replica r(three_nodes(), 4);
+  Replica r(weighted_nodes(), 4);
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(r.apply(set_owner("/", "q" + std::to_string(i), 0, OwnerSource::kPlaced)));
   }
@@ -272,7 +272,7 @@ TEST(Replica, FullReplicaRefusesNewKeysAndCountsThem) {
 TEST(Replica, LongKeysTakeBlocksAndAreRefusedWhenBlocksRunOut) {
   ReplicaOptions options;
   options.long_keys_max = 2;
-  Replica r(three_nodes(), 16, options);
+  Replica r(weighted_nodes(), 16, options);
   EXPECT_EQ(r.long_keys_max(), 2u);
   const std::string vhost(kVhostBytesMax, 'v');
   auto queue = [](char c) { return std::string(kQueueBytesMax, c); };
@@ -303,7 +303,7 @@ TEST(Replica, LongKeysTakeBlocksAndAreRefusedWhenBlocksRunOut) {
 }
 
 TEST(Replica, EmptyVhostAndQueueAreKeysLikeAnyOther) {
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   ASSERT_TRUE(r.apply(set_owner("", "", 1, OwnerSource::kPinned)));
   EXPECT_EQ(r.lookup("", "").owner, 1);
   EXPECT_FALSE(r.lookup("/", "").known);
@@ -313,7 +313,7 @@ TEST(Replica, EmptyVhostAndQueueAreKeysLikeAnyOther) {
 
 TEST(Replica, HundredThousandRandomKeysAreAllFoundAndAbsentOnesAreNot) {
   constexpr size_t kKeys = 100'000;
-  Replica r(three_nodes(), kKeys);
+  Replica r(weighted_nodes(), kKeys);
   std::mt19937_64 rng(12345);
   std::vector<std::string> present, absent;
   present.reserve(kKeys);
@@ -347,7 +347,7 @@ bool same_route(const Route& a, const Route& b) {
 }
 
 TEST(Replica, BurstLookupAnswersAsSingleLookupsDo) {
-  Replica r(three_nodes(), 512);
+  Replica r(weighted_nodes(), 512);
   std::vector<std::string> vhosts, queues;
   for (int i = 0; i < 600; ++i) {
     vhosts.push_back(i % 5 == 0 ? "/tenant-" + std::to_string(i % 7) : "/");
@@ -387,7 +387,7 @@ TEST(Replica, BurstLookupAnswersAsSingleLookupsDo) {
 TEST(Replica, ManyInsertClearCyclesStayCorrect) {
   constexpr size_t kQueuesMax = 64;
   constexpr size_t kUniverse = 200;
-  Replica r(three_nodes(), kQueuesMax);
+  Replica r(weighted_nodes(), kQueuesMax);
   EXPECT_EQ(r.slot_count(), 128u);
   std::unordered_map<std::string, Route> model;
   std::mt19937_64 rng(7);
@@ -497,7 +497,7 @@ TEST(Ring, PopSomeTakesAtMostMax) {
 
 TEST(Ring, CarriesControlMessagesIntoAReplica) {
   auto ring = std::make_unique<Ring<ControlToWorker, 64>>();
-  Replica r(three_nodes(), 16);
+  Replica r(weighted_nodes(), 16);
   ASSERT_TRUE(ring->try_push(set_owner("/", "orders", 2, OwnerSource::kPinned)));
   ASSERT_TRUE(ring->try_push(NodeState{2, AdminState::kDrain, HealthState::kUp}));
   ASSERT_TRUE(ring->try_push(set_backlog("/", "orders", true)));
