@@ -1,12 +1,15 @@
 // Fuzz target for the DPDK splicer's flow state machine: the input scripts clients, owners and
 // the clock against one lcore (well-formed segments at fuzzed sequence numbers, fuzzed STOMP
 // bytes, raw and corrupted frames, route changes). Checks: no crash or sanitizer report, every
-// frame returns to the pool, the flow limits hold, and every flow ends by its deadlines.
+// frame returns to the pool, the flow limits hold, and every flow ends by its deadlines. A
+// second lcore with the established-flow path switched off takes the same script: both must
+// send the same frames, byte for byte.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,8 +31,9 @@ void check(bool ok, const char* what) {
   }
 }
 
-engine::LcoreConfig fuzz_config() {
+engine::LcoreConfig fuzz_config(bool established_path) {
   engine::LcoreConfig c = default_config();
+  c.established_path = established_path;
   c.flows_max = 8;
   c.prelude_flows_max = 4;
   c.local_port_max = c.local_port_min + 3;  // port exhaustion is reachable
@@ -45,18 +49,48 @@ engine::LcoreConfig fuzz_config() {
 }
 
 struct World {
-  Bench b{fuzz_config()};
+  Bench b{fuzz_config(true)};
+  Bench g{fuzz_config(false)};  // every segment through the general parse and dispatch
   std::vector<Endpoint> clients;
   std::map<uint16_t, Endpoint> owners;  // by the gateway's local port
 
   World() {
-    b.lcore->add_neighbor(kOwnerIp, kOwnerMac);
-    b.lcore->add_neighbor(kSpillIp, kSpillMac);
+    for (Bench* x : {&b, &g}) {
+      x->lcore->add_neighbor(kOwnerIp, kOwnerMac);
+      x->lcore->add_neighbor(kSpillIp, kSpillMac);
+    }
     for (size_t i = 0; i < kClients; ++i)
       clients.push_back(make_client(uint16_t(40000 + i), 0x10000000u * uint32_t(i + 1)));
   }
 
+  // What `b` sent, checked against what `g` sent for the same input.
+  static std::vector<Sent> same(std::vector<Sent> out, const std::vector<Sent>& general) {
+    check(out.size() == general.size(), "the established-flow path sent another number of frames");
+    for (size_t i = 0; i < out.size(); ++i) {
+      check(out[i].port == general[i].port && out[i].bytes == general[i].bytes,
+            "the established-flow path sent another frame than the general path");
+    }
+    return out;
+  }
+  std::vector<Sent> deliver(std::span<const uint8_t> bytes, uint16_t port) {
+    std::vector<Sent> out = b.deliver(bytes, port);
+    return same(std::move(out), g.deliver(bytes, port));
+  }
+  std::vector<Sent> advance_ms(uint64_t ms) {
+    std::vector<Sent> out = b.advance_ms(ms);
+    return same(std::move(out), g.advance_ms(ms));
+  }
+  std::vector<Sent> jump_ms(uint64_t ms) {
+    std::vector<Sent> out = b.jump_ms(ms);
+    return same(std::move(out), g.jump_ms(ms));
+  }
+  void route(const engine::Target& t) { b.router.target = g.router.target = t; }
+
   void take(std::vector<Sent> out) {
+    check(b.lcore->flows() == g.lcore->flows() &&
+              b.lcore->lingering_flows() == g.lcore->lingering_flows() &&
+              b.lcore->parked_frames() == g.lcore->parked_frames(),
+          "the established-flow path left other flows than the general path");
     // Only the segments binding flows hold stay out between bursts, within their limits.
     check(b.pool.outstanding() == b.lcore->parked_frames(), "a frame did not return to the pool");
     check(b.lcore->parked_frames() <= b.config.parked_frames_max, "parked_frames_max exceeded");
@@ -100,7 +134,7 @@ std::string script_bytes(FuzzedDataProvider& in) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string config_error = fuzz_config().validate();
+  static const std::string config_error = fuzz_config(true).validate();
   check(config_error.empty(), config_error.c_str());
   FuzzedDataProvider in(data, size);
   World w;
@@ -116,39 +150,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     switch (in.ConsumeIntegralInRange<int>(0, 13)) {
       case 0:
         c.snd_nxt = c.isn;
-        w.take(w.b.deliver(c.segment(net::kSyn), 0));
+        w.take(w.deliver(c.segment(net::kSyn), 0));
         c.snd_nxt = c.isn + 1;
         break;
       case 1:
-        w.take(w.b.deliver(c.segment(net::kAck, {}, c.snd_nxt + uint32_t(seq_shift)), 0));
+        w.take(w.deliver(c.segment(net::kAck, {}, c.snd_nxt + uint32_t(seq_shift)), 0));
         break;
       case 2: {
         const std::string bytes = script_bytes(in);
-        w.take(w.b.deliver(c.segment(net::kAck | net::kPsh, bytes, c.snd_nxt + uint32_t(seq_shift)),
-                           0));
+        w.take(
+            w.deliver(c.segment(net::kAck | net::kPsh, bytes, c.snd_nxt + uint32_t(seq_shift)), 0));
         if (seq_shift == 0) c.snd_nxt += uint32_t(bytes.size());
         break;
       }
       case 3:
-        w.take(
-            w.b.deliver(c.segment(net::kAck | net::kFin, {}, c.snd_nxt + uint32_t(seq_shift)), 0));
+        w.take(w.deliver(c.segment(net::kAck | net::kFin, {}, c.snd_nxt + uint32_t(seq_shift)), 0));
         if (seq_shift == 0) c.snd_nxt += 1;
         break;
       case 4:
-        w.take(w.b.deliver(c.segment(net::kRst | (in.ConsumeBool() ? net::kAck : 0), {},
-                                     c.snd_nxt + uint32_t(seq_shift)),
-                           0));
+        w.take(w.deliver(c.segment(net::kRst | (in.ConsumeBool() ? net::kAck : 0), {},
+                                   c.snd_nxt + uint32_t(seq_shift)),
+                         0));
         break;
       case 5:
         if (o != nullptr) {
-          w.take(w.b.deliver(o->segment(net::kSyn | net::kAck, {}, o->isn), 1));
+          w.take(w.deliver(o->segment(net::kSyn | net::kAck, {}, o->isn), 1));
           o->snd_nxt = o->isn + 1;
         }
         break;
       case 6:
         if (o != nullptr) {
           const std::string bytes = script_bytes(in);
-          w.take(w.b.deliver(
+          w.take(w.deliver(
               o->segment(net::kAck | net::kPsh, bytes, o->snd_nxt + uint32_t(seq_shift)), 1));
           if (seq_shift == 0) o->snd_nxt += uint32_t(bytes.size());
         }
@@ -157,20 +190,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (o != nullptr) {
           const uint8_t flags = in.PickValueInArray<uint8_t>(
               {net::kAck, net::kAck | net::kFin, net::kRst, net::kRst | net::kAck});
-          w.take(w.b.deliver(o->segment(flags, {}, o->snd_nxt + uint32_t(seq_shift)), 1));
+          w.take(w.deliver(o->segment(flags, {}, o->snd_nxt + uint32_t(seq_shift)), 1));
           if ((flags & net::kFin) && seq_shift == 0) o->snd_nxt += 1;
         }
         break;
       case 8:
-        w.take(w.b.advance_ms(in.ConsumeIntegralInRange<uint64_t>(1, 400)));
+        w.take(w.advance_ms(in.ConsumeIntegralInRange<uint64_t>(1, 400)));
         break;
       case 9:
-        w.take(w.b.jump_ms(in.ConsumeIntegralInRange<uint64_t>(1, 3'000'000)));
+        w.take(w.jump_ms(in.ConsumeIntegralInRange<uint64_t>(1, 3'000'000)));
         break;
       case 10: {
         // A raw frame.
         const auto bytes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange<size_t>(0, 200));
-        w.take(w.b.deliver(bytes, uint16_t(in.ConsumeIntegralInRange<int>(0, 1))));
+        w.take(w.deliver(bytes, uint16_t(in.ConsumeIntegralInRange<int>(0, 1))));
         break;
       }
       case 11: {
@@ -180,27 +213,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           bytes[in.ConsumeIntegralInRange<size_t>(0, bytes.size() - 1)] ^=
               uint8_t(in.ConsumeIntegralInRange<int>(1, 255));
         }
-        w.take(w.b.deliver(bytes, 0));
+        w.take(w.deliver(bytes, 0));
         break;
       }
       case 12: {
         const int k = in.ConsumeIntegralInRange<int>(0, 2);
-        w.b.router.target =
-            k == 0   ? engine::Target{engine::Target::Kind::kOwner, 1, kOwnerIp, kOwnerPort, {}}
-            : k == 1 ? engine::Target{engine::Target::Kind::kSpill, UINT32_MAX, 0, 0, {}}
-                     : engine::Target{engine::Target::Kind::kRefuse, UINT32_MAX, 0, 0, "refused"};
+        w.route(k == 0 ? engine::Target{engine::Target::Kind::kOwner, 1, kOwnerIp, kOwnerPort, {}}
+                : k == 1
+                    ? engine::Target{engine::Target::Kind::kSpill, UINT32_MAX, 0, 0, {}}
+                    : engine::Target{engine::Target::Kind::kRefuse, UINT32_MAX, 0, 0, "refused"});
         break;
       }
       case 13:
         // The client acknowledges what it has and changes its window.
         c.window = in.ConsumeIntegral<uint16_t>();
-        w.take(w.b.deliver(c.segment(net::kAck), 0));
+        w.take(w.deliver(c.segment(net::kAck), 0));
         break;
     }
   }
   // Every state has a deadline: with the clock run far enough, every flow ends.
   for (int i = 0; i < 6; ++i)
-    w.take(w.b.jump_ms(3'600'000));
+    w.take(w.jump_ms(3'600'000));
   check(w.b.lcore->flows() == 0, "a flow outlived every deadline");
   check(w.b.lcore->prelude_flows() == 0, "a prelude slot was not returned");
   check(w.b.lcore->lingering_flows() == 0, "a lingering flow was not uncounted when freed");

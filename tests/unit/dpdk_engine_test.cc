@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dataplane/dpdk/engine/lcore.h"
@@ -1414,6 +1417,150 @@ TEST_F(SplicerStates, ReplaySegmentsLeaveRoomForTheTimestampOption) {
   const std::string connect_out =
       stomp_frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "0,0"}});
   EXPECT_EQ(bytes, connect_out.size() + 1400);
+}
+
+// ---- the established-flow path -------------------------------------------------------------
+
+// Two lcores that differ only in LcoreConfig::established_path take the same spliced session
+// and the same bursts (data and ACKs both ways, with and without timestamps, SACK, window
+// changes, retransmissions, corrupt, VLAN-tagged and broadcast frames, FIN, RST and a new SYN
+// on the lingering tuple, several frames per burst so that both paths alternate within one),
+// from a fixed seed: both must send the same frames, byte for byte, and end in the same states.
+TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
+  engine::LcoreConfig on_config = default_config();
+  engine::LcoreConfig off_config = default_config();
+  off_config.established_path = false;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Bench on(on_config);
+    Bench off(off_config);
+    const Endpoint fresh = make_client(uint16_t(40000 + seed));
+    Endpoint c;
+    std::optional<Endpoint> o;
+    for (Bench* b : {&on, &off}) {
+      b->lcore->add_neighbor(kOwnerIp, kOwnerMac);
+      Endpoint copy = fresh;
+      const Spliced r = splice_session(*b->lcore, b->pool, copy, b->now_ns);
+      ASSERT_TRUE(r.owner.has_value()) << r.error;
+      if (!o) {
+        o = r.owner;
+        c = copy;
+      }
+    }
+    std::mt19937 rng(seed);
+    const auto pick = [&](uint32_t n) { return uint32_t(rng() % n); };
+    const auto mutate = [&](std::vector<uint8_t> f) {
+      switch (pick(4)) {
+        case 0:  // a bit of the IPv4 header: its checksum no longer verifies
+          f[net::kEthernetBytes + 1 + pick(19)] ^= uint8_t(1u << pick(8));
+          break;
+        case 1:  // broadcast
+          std::fill(f.begin(), f.begin() + 6, uint8_t(0xff));
+          break;
+        case 2: {  // 802.1Q tag
+          const uint8_t tag[] = {0x81, 0x00, 0x00, 0x05};
+          f.insert(f.begin() + 12, std::begin(tag), std::end(tag));
+          break;
+        }
+        default:  // cut short
+          f.resize(f.size() - 1 - pick(uint32_t(f.size()) - 1));
+          break;
+      }
+      return f;
+    };
+    for (int step = 0; step < 120; ++step) {
+      std::vector<std::pair<std::vector<uint8_t>, uint16_t>> burst;
+      const uint32_t n = 1 + pick(6);
+      for (uint32_t i = 0; i < n; ++i) {
+        Endpoint& e = pick(2) == 0 ? c : *o;
+        const uint16_t port = &e == &c ? 0 : 1;
+        const std::string payload(pick(3) == 0 ? 0 : 1 + pick(1400), char('a' + pick(26)));
+        e.timestamps = pick(8) != 0;
+        e.window = uint16_t(200 + pick(2000));
+        switch (pick(12)) {
+          case 0:
+            burst.emplace_back(mutate(e.data(payload)), port);
+            break;
+          case 1: {  // a retransmission from before the splice or of recent bytes
+            const uint32_t back = pick(2) == 0 ? 1 + pick(4000) : 1 + pick(64);
+            burst.emplace_back(e.segment(net::kAck | net::kPsh, payload, e.snd_nxt - back), port);
+            break;
+          }
+          case 2: {  // SACK
+            const net::SackBlock blocks[] = {{e.rcv_nxt + 10, e.rcv_nxt + 20 + pick(3000)}};
+            burst.emplace_back(e.segment(net::kAck, {}, std::nullopt, blocks), port);
+            break;
+          }
+          case 3:
+            if (pick(4) == 0) burst.emplace_back(e.data("", net::kFin), port);
+            break;
+          case 4:
+            if (pick(8) == 0) burst.emplace_back(e.segment(net::kRst | net::kAck), port);
+            break;
+          case 5:
+            if (&e == &c && pick(4) == 0) {  // the client's port comes round again
+              c.isn += 0x1000000;
+              c.snd_nxt = c.isn;
+              burst.emplace_back(c.segment(net::kSyn), 0);
+              c.snd_nxt = c.isn + 1;
+            }
+            break;
+          case 6:
+          case 7:
+            burst.emplace_back(e.segment(net::kAck), port);
+            break;
+          default:
+            burst.emplace_back(e.data(payload), port);
+            break;
+        }
+      }
+      std::vector<Sent> sent[2];
+      for (int k = 0; k < 2; ++k) {
+        Bench& b = k == 0 ? on : off;
+        std::vector<Frame*> frames;
+        for (const auto& [bytes, port] : burst)
+          frames.push_back(b.pool.frame(bytes, port));
+        sent[k] = b.deliver(frames);
+      }
+      ASSERT_EQ(sent[0].size(), sent[1].size()) << "step " << step;
+      for (size_t i = 0; i < sent[0].size(); ++i) {
+        ASSERT_EQ(sent[0][i].port, sent[1][i].port) << "step " << step << " frame " << i;
+        ASSERT_EQ(sent[0][i].bytes, sent[1][i].bytes) << "step " << step << " frame " << i;
+        EXPECT_EQ(sent[0][i].parsed, net::Reason::kOk);
+      }
+      for (const Sent& s : sent[0]) {
+        if (!s.tcp()) continue;
+        if (s.port == 0 && s.p.dst_port == c.tcp_port) c.receive(s);
+        if (s.port == 1 && s.p.dst_ip == kOwnerIp) o->receive(s);
+      }
+      // Time passes alike for both: retransmissions, the ACK-storm window, linger timers.
+      const uint64_t ms = pick(4) == 0 ? 1 + pick(3000) : 0;
+      if (ms != 0) {
+        const std::vector<Sent> t0 = on.jump_ms(ms);
+        const std::vector<Sent> t1 = off.jump_ms(ms);
+        ASSERT_EQ(t0.size(), t1.size());
+        for (size_t i = 0; i < t0.size(); ++i)
+          ASSERT_EQ(t0[i].bytes, t1[i].bytes);
+      }
+      ASSERT_EQ(on.lcore->flow_state(tuple_of(c)), off.lcore->flow_state(tuple_of(c)));
+      ASSERT_EQ(on.lcore->flows(), off.lcore->flows());
+      ASSERT_EQ(on.lcore->lingering_flows(), off.lcore->lingering_flows());
+    }
+    const engine::LcoreCounters& a = on.lcore->counters();
+    const engine::LcoreCounters& g = off.lcore->counters();
+    EXPECT_GT(a.established_path, 0u);
+    EXPECT_LE(a.established_path,
+              a.c2o_packets + a.o2c_packets + a.ack_storm_drops + a.removed_range);
+    EXPECT_EQ(g.established_path, 0u);
+    EXPECT_EQ(a.c2o_packets, g.c2o_packets);
+    EXPECT_EQ(a.o2c_packets, g.o2c_packets);
+    EXPECT_EQ(a.c2o_bytes, g.c2o_bytes);
+    EXPECT_EQ(a.o2c_bytes, g.o2c_bytes);
+    EXPECT_EQ(a.rx_invalid, g.rx_invalid);
+    EXPECT_EQ(a.flows_reopened, g.flows_reopened);
+    EXPECT_EQ(a.flow_resets, g.flow_resets);
+    EXPECT_EQ(a.removed_range, g.removed_range);
+  }
 }
 
 }  // namespace

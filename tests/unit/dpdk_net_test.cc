@@ -2,8 +2,10 @@
 // incremental NAT rewrites checked against full recomputation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <span>
@@ -730,6 +732,153 @@ TEST(DpdkNetBuild, RefusesOversizedOptionsAndSmallBuffers) {
   EXPECT_EQ(net::build_tcp_segment(s, out), 0u);
   out.resize(out.size() + 1);
   EXPECT_EQ(net::build_tcp_segment(s, out), out.size());
+}
+
+// The fields parse_established() fills (all but the ARP and ICMP ones and the SACK blocks).
+void expect_same_tcp_fields(const net::Packet& a, const net::Packet& g) {
+  EXPECT_EQ(a.kind, g.kind);
+  EXPECT_EQ(a.dst_mac, g.dst_mac);
+  EXPECT_EQ(a.src_mac, g.src_mac);
+  EXPECT_EQ(a.has_vlan, g.has_vlan);
+  EXPECT_EQ(a.vlan_tci, g.vlan_tci);
+  EXPECT_EQ(a.ethertype, g.ethertype);
+  EXPECT_EQ(a.l3_offset, g.l3_offset);
+  EXPECT_EQ(a.l4_offset, g.l4_offset);
+  EXPECT_EQ(a.payload_offset, g.payload_offset);
+  EXPECT_EQ(a.payload_bytes, g.payload_bytes);
+  EXPECT_EQ(a.frame_end, g.frame_end);
+  EXPECT_EQ(a.ttl, g.ttl);
+  EXPECT_EQ(a.protocol, g.protocol);
+  EXPECT_EQ(a.ip_id, g.ip_id);
+  EXPECT_EQ(a.src_ip, g.src_ip);
+  EXPECT_EQ(a.dst_ip, g.dst_ip);
+  EXPECT_EQ(a.src_port, g.src_port);
+  EXPECT_EQ(a.dst_port, g.dst_port);
+  EXPECT_EQ(a.seq, g.seq);
+  EXPECT_EQ(a.ack, g.ack);
+  EXPECT_EQ(a.flags, g.flags);
+  EXPECT_EQ(a.window, g.window);
+  const net::TcpOptions& x = a.options;
+  const net::TcpOptions& y = g.options;
+  EXPECT_EQ(x.has_mss, y.has_mss);
+  EXPECT_EQ(x.has_window_scale, y.has_window_scale);
+  EXPECT_EQ(x.sack_permitted, y.sack_permitted);
+  EXPECT_EQ(x.has_timestamps, y.has_timestamps);
+  EXPECT_EQ(x.mss, y.mss);
+  EXPECT_EQ(x.window_scale, y.window_scale);
+  EXPECT_EQ(x.sack_count, y.sack_count);
+  EXPECT_EQ(x.timestamps, y.timestamps);
+  EXPECT_EQ(x.sack_offset, y.sack_offset);
+  EXPECT_EQ(x.timestamps_offset, y.timestamps_offset);
+}
+
+// parse_established() against parse() over random TCP frames (options of every kind, SYNs,
+// VLAN tags, other destination MACs) and random corruptions of their headers, from a
+// fixed seed: it takes a frame only when parse() accepts it as TCP, then with the same fields;
+// and it takes every intact frame of the shape it is for.
+TEST(ParseEstablished, AgreesWithParse) {
+  std::mt19937 rng(20261202);
+  const auto pick = [&](uint32_t n) { return uint32_t(rng() % n); };
+  size_t taken = 0;
+  size_t corrupt_taken = 0;
+  for (int i = 0; i < 20000; ++i) {
+    net::TcpSegment s = base_segment();
+    s.flags = uint8_t(rng());
+    s.seq = uint32_t(rng());
+    s.ack = uint32_t(rng());
+    s.window = uint16_t(rng());
+    s.ttl = uint8_t(rng());
+    s.ip_id = uint16_t(rng());
+    s.src_port = uint16_t(rng());
+    if (pick(8) == 0) s.vlan_tci = uint16_t(pick(4096));
+    if (pick(8) == 0) s.dst_mac = pick(2) ? kClientMac : net::kBroadcastMac;
+    const net::SackBlock blocks[] = {{1, 2}, {3, 4}};
+    switch (pick(6)) {
+      case 0:
+      case 1:
+        break;
+      case 2:
+      case 3:
+        s.options.timestamps = net::Timestamps{uint32_t(rng()), uint32_t(rng())};
+        break;
+      case 4:
+        s.options.mss = 1460;
+        s.options.window_scale = 7;
+        s.options.sack_permitted = true;
+        break;
+      default:
+        s.options.sack = std::span<const net::SackBlock>(blocks, 1 + pick(2));
+        if (pick(2)) s.options.timestamps = net::Timestamps{uint32_t(rng()), 5};
+        break;
+    }
+    const Bytes payload(pick(4) == 0 ? 0 : pick(1400), uint8_t(rng()));
+    s.payload = payload;
+    Bytes f = build(s);
+    const bool intact = pick(3) != 0;
+    if (!intact) {
+      const size_t l3 = s.vlan_tci ? net::kEthernetBytes + net::kVlanBytes : net::kEthernetBytes;
+      uint8_t* ip = &f[l3];
+      uint8_t* tcp = ip + net::kIpv4Bytes;
+      switch (pick(6)) {
+        case 0:  // any bytes of the headers
+          for (uint32_t k = 1 + pick(3); k-- > 0;)
+            f[pick(uint32_t(std::min<size_t>(80, f.size())))] ^= uint8_t(1 + pick(255));
+          break;
+        case 1:  // the IPv4 total length, up to past the frame's end
+          store16(ip + 2, uint16_t(pick(uint32_t(f.size() - l3) + 40)));
+          break;
+        case 2:  // MF or a fragment offset
+          store16(ip + 6, uint16_t(load16(ip + 6) | (pick(2) ? 0x2000 : 1 + pick(0x1fff))));
+          break;
+        case 3:  // the TCP data offset
+          tcp[12] = uint8_t(pick(16) << 4);
+          break;
+        case 4:  // IPv4 options (a longer IHL), any version and IHL, or the protocol
+          switch (pick(3)) {
+            case 0:
+              ip[0] = uint8_t(0x40 | (6 + pick(10)));
+              break;
+            case 1:
+              ip[0] = uint8_t(rng());
+              break;
+            default:
+              ip[9] = uint8_t(rng());
+              break;
+          }
+          break;
+        default:  // cut short
+          f.resize(pick(uint32_t(f.size())));
+          break;
+      }
+      // Mostly with a header checksum that verifies, so that the other checks are reached.
+      const size_t ihl_bytes = size_t(ip[0] & 0x0f) * 4;
+      if (!s.vlan_tci && ihl_bytes >= net::kIpv4Bytes && f.size() >= l3 + ihl_bytes &&
+          pick(4) != 0) {
+        fix_ip_checksum(f);
+      }
+    }
+    net::Packet a;
+    std::memset(static_cast<void*>(&a), 0xa5, sizeof a);  // stale fields show
+    net::Packet g;
+    net::ParseOptions o;
+    o.verify_tcp_checksum = false;
+    o.local_mac = &kGatewayMac;
+    const bool established = net::parse_established(f, kGatewayMac, &a);
+    const net::Reason r = net::parse(f, o, &g);
+    const bool shape = !s.vlan_tci && s.dst_mac == kGatewayMac && (s.flags & net::kSyn) == 0 &&
+                       !s.options.mss && s.options.sack.empty();
+    if (intact) {
+      EXPECT_EQ(established, shape) << "frame " << i;
+    }
+    if (!established) continue;
+    ++taken;
+    if (!intact) ++corrupt_taken;
+    ASSERT_EQ(r, net::Reason::kOk) << "frame " << i << ": " << net::reason_name(r);
+    expect_same_tcp_fields(a, g);
+  }
+  // Both kinds of frame were met: the check above is not vacuous.
+  EXPECT_GT(taken, 2000u);
+  EXPECT_GT(corrupt_taken, 100u);
 }
 
 }  // namespace

@@ -74,6 +74,11 @@ struct LcoreConfig {
   uint32_t fin_timeout_ms = 60'000;  // after a FIN each way, or after the gateway's own FIN
   uint32_t reset_linger_ms = 2'000;  // after a RST: absorb what is still in flight
 
+  // Segments of spliced flows in their common shape skip the general parse and dispatch
+  // (Lcore::splice_established). Off only in tests and benchmarks that compare the two paths,
+  // whose output must be the same; not a TOML setting.
+  bool established_path = true;
+
   std::array<uint8_t, 16> cookie_key{};
   uint64_t flow_hash_key = 0;  // the flow table's hash secret (flow::tuple_hash)
   session::SessionConfig session;

@@ -121,16 +121,49 @@ void Lcore::burst(std::span<Frame*> rx, uint64_t now_ns) {
     const size_t n = std::min(kStageMax, rx.size() - at);
     for (size_t i = 0; i < n; ++i) {
       Staged& s = staged_[i];
-      s.reason = parse_frame(rx[at + i], &s.packet);
+      Frame* f = rx[at + i];
+      s.established = parse_established(f, &s.packet);
+      s.reason = s.established ? net::Reason::kOk : parse_frame(f, &s.packet);
       if (s.reason == net::Reason::kOk && s.packet.kind == net::Kind::kTcp) {
         const net::Packet& p = s.packet;
         s.hash = tuples_.hash(flow::Tuple{p.src_ip, p.dst_ip, p.src_port, p.dst_port});
         tuples_.prefetch_hash(s.hash);
       }
     }
-    for (size_t i = 0; i < n; ++i)
-      handle(rx[at + i], staged_[i]);
+    for (size_t i = 0; i < n; ++i) {
+      Frame* f = rx[at + i];
+      Staged& s = staged_[i];
+      if (s.established && splice_established(f, s)) continue;
+      handle(f, s);
+    }
   }
+}
+
+bool Lcore::parse_established(Frame* f, net::Packet* p) const {
+  // The kernel's frames (TAP port) are addressed to their next hop: the general path.
+  return config_.established_path && !from_kernel(f) &&
+         net::parse_established(f->bytes(), config_.port_macs[f->port], p);
+}
+
+// What handle_tcp() does with a segment of a spliced or lingering flow, without the general
+// parse and dispatch before it. A SYN (a lingering flow's tuple reused) never comes here:
+// parse_established() leaves SYNs to the general path. s.packet is what parse_frame() would
+// give, so the general path can take the frame as it is when this one does not.
+bool Lcore::splice_established(Frame* f, Staged& s) {
+  net::Packet& p = s.packet;
+  const flow::Tuple t{p.src_ip, p.dst_ip, p.src_port, p.dst_port};
+  const uint32_t id = tuples_.find(t, s.hash);
+  if (id == flow::TupleMap::kNone) return false;
+  Flow& fl = flows_[id];
+  if (fl.state != FlowState::kSpliced && fl.state != FlowState::kLinger) return false;
+  ++counters_.established_path;
+  if (fl.client.rx == t) {
+    fl.client.port = f->port;
+    from_client(fl, f, p);
+  } else {
+    from_owner(fl, f, p);
+  }
+  return true;
 }
 
 void Lcore::tick(uint64_t now_ns) {

@@ -61,6 +61,10 @@ struct LcoreCounters {
   uint64_t owner_timeouts = 0;  // no SYN-ACK, or no CONNECTED, within connect_timeout_ms
   uint64_t owner_errors = 0;    // the owner's first frame was ERROR or not STOMP
   uint64_t spliced = 0;         // flows that reached splice mode
+  // Segments of spliced or lingering flows that took the established-flow path
+  // (net::parse_established: no general parse, no dispatch), then counted as on the general
+  // path (c2o_packets, o2c_packets, ack_storm_drops, removed_range).
+  uint64_t established_path = 0;
   uint64_t c2o_packets = 0;
   uint64_t c2o_bytes = 0;
   uint64_t o2c_packets = 0;
@@ -111,7 +115,13 @@ class Lcore final : public BurstHandler {
   // lcore.cc: dispatch, L2/L3, frames out, timers
   bool from_kernel(const Frame* f) const;
   net::Reason parse_frame(Frame* f, net::Packet* p) const;
+  // The established-flow path: parse_established() takes a frame in the common shape of a
+  // spliced flow's segments (net::parse_established); splice_established() hands it straight
+  // to from_client/from_owner when its flow is spliced or lingering (true); otherwise the
+  // frame takes the general path (false).
+  bool parse_established(Frame* f, net::Packet* p) const;
   struct Staged;
+  bool splice_established(Frame* f, Staged& s);
   void handle(Frame* f, Staged& s);
   // tuple_hash: tuples_.hash() of a TCP packet's tuple, from the stage.
   void dispatch(Frame* f, net::Packet& p, uint32_t tuple_hash);
@@ -240,7 +250,8 @@ class Lcore final : public BurstHandler {
   struct Staged {
     net::Packet packet;
     net::Reason reason = net::Reason::kOk;
-    uint32_t hash = 0;  // of the tuple, for a valid TCP packet
+    uint32_t hash = 0;         // of the tuple, for a valid TCP packet
+    bool established = false;  // parsed by parse_established, not yet by parse_frame
   };
   std::array<Staged, kStageMax> staged_{};
 

@@ -169,6 +169,14 @@ struct ParseOptions {
 // Parses and validates `frame`; on kOk, `*out` describes it. Reads only inside `frame`.
 Reason parse(std::span<const uint8_t> frame, const ParseOptions& options, Packet* out);
 
+// The common shape of a spliced flow's segments, recognised without the general parse's
+// branches: untagged Ethernet to `local_mac`, IPv4 without options or fragments whose header
+// checksum verifies, TCP with no options or exactly NOP, NOP, timestamps, and no SYN. Returns
+// true and fills `*out` as parse() (TCP checksum not verified, no local_ips) would for such a
+// frame, but for the ARP and ICMP fields and the SACK blocks, which it leaves as they were;
+// false for anything else, which the caller hands to parse(). Reads only inside `frame`.
+bool parse_established(std::span<const uint8_t> frame, const MacAddr& local_mac, Packet* out);
+
 // Parses TCP options from `bytes` (the option area of a header starting `base` bytes into the
 // frame). Returns kOk or kBadTcpOption.
 Reason parse_tcp_options(std::span<const uint8_t> bytes, uint32_t base, TcpOptions* out);
