@@ -95,6 +95,19 @@ std::vector<uint8_t> spliced_template(SpliceRig& s, bench::ForwardRig& rig, uint
     std::fprintf(stderr, "dpdk_forward_bench: splicing a client failed: %s\n", r.error.c_str());
     return {};
   }
+  // The owner's first segment after its CONNECTED, as in any live flow: an ACK of the replay,
+  // which lets the lcore retire the client->owner map's edit (the rewritten CONNECT) and keep
+  // only its base, the state every later segment of a flow meets. Sent on to the client.
+  const std::vector<uint8_t> owner_ack = r.owner->segment(dpdk::net::kAck);
+  Frame* f = copy_in(rig.pool(), owner_ack, rig.tx_port());
+  if (f == nullptr) return {};
+  Frame* frames[] = {f};
+  s.lcore->burst(frames, s.now_ns);
+  const std::vector<Sent> out = take_sent(*s.lcore, rig.pool());
+  if (out.size() != 1 || out[0].port != rig.rx_port()) {
+    std::fprintf(stderr, "dpdk_forward_bench: the owner's ACK was not sent on to the client\n");
+    return {};
+  }
   const size_t headers = client.segment(kData).size();
   if (frame_bytes < headers) return {};
   std::vector<uint8_t> frame = client.segment(kData, std::string(frame_bytes - headers, 'x'));

@@ -157,9 +157,19 @@ bool Lcore::splice_established(Frame* f, Staged& s) {
   Flow& fl = flows_[id];
   if (fl.state != FlowState::kSpliced && fl.state != FlowState::kLinger) return false;
   ++counters_.established_path;
+  // Once both maps are down to their bases, segments without FIN or RST need none of
+  // from_client/from_owner's other cases.
+  const bool plain =
+      fl.c2o.edits() == 0 && fl.o2c.edits() == 0 && (p.flags & (net::kFin | net::kRst)) == 0;
   if (fl.client.rx == t) {
     fl.client.port = f->port;
-    from_client(fl, f, p);
+    if (plain) {
+      client_established(fl, f, p);
+    } else {
+      from_client(fl, f, p);
+    }
+  } else if (plain) {
+    owner_established(fl, f, p);
   } else {
     from_owner(fl, f, p);
   }

@@ -202,6 +202,10 @@ class Lcore final : public BurstHandler {
   // splice_path.cc: the rewrite fast path and the end of a spliced flow
   void from_client(Flow& fl, Frame* f, net::Packet& p);
   void from_owner(Flow& fl, Frame* f, net::Packet& p);
+  // The same for a segment from parse_established() without FIN or RST, on a flow whose
+  // sequence maps hold no edits (lcore.cc: splice_established).
+  void client_established(Flow& fl, Frame* f, const net::Packet& p);
+  void owner_established(Flow& fl, Frame* f, const net::Packet& p);
   bool ack_storm(Leg& leg, const net::Packet& p);
   void linger(Flow& fl);                            // enters kLinger (counted in lingering_)
   void reopen(Flow& fl, Frame* f, net::Packet& p);  // a client SYN on a lingering flow

@@ -139,6 +139,71 @@ void Lcore::from_owner(Flow& fl, Frame* f, net::Packet& p) {
   if (p.flags & (net::kFin | net::kRst)) after_fin_or_rst(fl, p, src_seq, false);
 }
 
+// from_client() and from_owner() for a segment that parse_established() took, on a flow whose
+// sequence maps hold no edit any more (every injected and removed byte acknowledged: a base
+// each) and without FIN or RST: the same frame out, with none of the general path's cases.
+void Lcore::client_established(Flow& fl, Frame* f, const net::Packet& p) {
+  fl.last_seen_ms = now_ms_;
+  if (ack_storm(fl.client, p)) {
+    ++counters_.ack_storm_drops;
+    drop(f);
+    return;
+  }
+  net::SpliceChange c;
+  c.dst_mac = fl.owner.peer_mac;
+  c.src_mac = config_.port_macs[fl.owner.port];
+  c.src_ip = fl.local_ip;
+  c.dst_ip = fl.owner.rx.src_ip;
+  c.src_port = fl.local_port;
+  c.dst_port = fl.owner.rx.src_port;
+  c.seq = p.seq + fl.c2o.base();  // SeqMap::to_dest() without edits
+  const uint32_t seq_end = c.seq + p.payload_bytes;
+  if (splice::seq_gt(seq_end, fl.owner_seq_max)) fl.owner_seq_max = seq_end;
+  if (p.flags & net::kAck) c.ack = p.ack - fl.o2c.base();  // SeqMap::to_source()
+  if (fl.client.peer_wscale != fl.owner.our_wscale) {
+    c.window = splice::rescale_window(p.window, fl.client.peer_wscale, fl.owner.our_wscale);
+  }
+  if (fl.owner.ts_ok && p.options.has_timestamps) {
+    c.timestamps =
+        net::Timestamps{p.options.timestamps.value, p.options.timestamps.echo_reply - fl.ts_offset};
+  }
+  net::rewrite_established(f->bytes(), p, c);
+  ++counters_.c2o_packets;
+  counters_.c2o_bytes += p.payload_bytes;
+  f->port = fl.owner.port;
+  send(f);
+}
+
+void Lcore::owner_established(Flow& fl, Frame* f, const net::Packet& p) {
+  fl.last_seen_ms = now_ms_;
+  if (ack_storm(fl.owner, p)) {
+    ++counters_.ack_storm_drops;
+    drop(f);
+    return;
+  }
+  net::SpliceChange c;
+  c.dst_mac = fl.client.peer_mac;
+  c.src_mac = config_.port_macs[fl.client.port];
+  c.src_ip = fl.client.rx.dst_ip;
+  c.dst_ip = fl.client.rx.src_ip;
+  c.src_port = fl.client.rx.dst_port;
+  c.dst_port = fl.client.rx.src_port;
+  c.seq = p.seq + fl.o2c.base();
+  if (p.flags & net::kAck) c.ack = p.ack - fl.c2o.base();
+  if (fl.owner.peer_wscale != fl.client.our_wscale) {
+    c.window = splice::rescale_window(p.window, fl.owner.peer_wscale, fl.client.our_wscale);
+  }
+  if (fl.owner.ts_ok && p.options.has_timestamps) {
+    c.timestamps =
+        net::Timestamps{p.options.timestamps.value + fl.ts_offset, p.options.timestamps.echo_reply};
+  }
+  net::rewrite_established(f->bytes(), p, c);
+  ++counters_.o2c_packets;
+  counters_.o2c_bytes += p.payload_bytes;
+  f->port = fl.client.port;
+  send(f);
+}
+
 void Lcore::linger(Flow& fl) {
   if (fl.state == FlowState::kLinger) return;
   ++lingering_;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <span>
 
 #include "dataplane/dpdk/net/bytes.h"
@@ -176,6 +178,77 @@ class SegmentRewrite {
   uint64_t ip_sum_ = 0;   // differences of the IPv4 header's words
   uint64_t tcp_sum_ = 0;  // differences of the TCP checksum's words (pseudo-header included)
 };
+
+// What the splice changes in a segment of an established flow (see rewrite_established).
+struct SpliceChange {
+  MacAddr dst_mac;
+  MacAddr src_mac;
+  uint32_t src_ip = 0;
+  uint32_t dst_ip = 0;
+  uint16_t src_port = 0;
+  uint16_t dst_port = 0;
+  uint32_t seq = 0;
+  std::optional<uint32_t> ack;           // the segment carries ACK
+  std::optional<uint16_t> window;        // the legs' window scales differ
+  std::optional<Timestamps> timestamps;  // the segment carries them and both legs use them
+};
+
+// The splice's rewrite of a segment that parse_established() took (Ethernet, IPv4 and TCP
+// headers at fixed offsets, no SACK blocks), in one pass: MACs, addresses and ports, sequence
+// and acknowledgment numbers, window and timestamps as `c` says, both checksums updated once.
+// The bytes, checksums included, are exactly those of a SegmentRewrite making the same calls
+// in the splice path's order (src_ip, dst_ip, src_port, dst_port, seq, then ack, window and
+// timestamps when set): every term of its sums is added here too, the old values taken from
+// `p` instead of the frame. `p` is not changed. Precondition: `p` was filled from `frame` by
+// parse_established() (asserted: the offsets).
+inline void rewrite_established(std::span<uint8_t> frame, const Packet& p, const SpliceChange& c) {
+  using rewrite_detail::store16;
+  using rewrite_detail::store32;
+  constexpr uint32_t l3 = uint32_t(kEthernetBytes);
+  constexpr uint32_t l4 = l3 + uint32_t(kIpv4Bytes);
+  SLUICE_ASSERT(p.l3_offset == l3 && p.l4_offset == l4 && p.frame_end <= frame.size());
+  uint8_t* f = frame.data();
+  const auto diff32 = [](uint32_t old_value, uint32_t new_value) {
+    return uint64_t(~old_value) + new_value;
+  };
+  const auto diff16 = [](uint16_t old_value, uint16_t new_value) {
+    return uint64_t(uint16_t(~old_value)) + new_value;
+  };
+  std::memcpy(f, c.dst_mac.bytes.data(), 6);
+  std::memcpy(f + 6, c.src_mac.bytes.data(), 6);
+  const uint64_t addresses = diff32(p.src_ip, c.src_ip) + diff32(p.dst_ip, c.dst_ip);
+  store32(f + l3 + 12, c.src_ip);
+  store32(f + l3 + 16, c.dst_ip);
+  uint64_t tcp = addresses + diff16(p.src_port, c.src_port) + diff16(p.dst_port, c.dst_port) +
+                 diff32(p.seq, c.seq);
+  store16(f + l4, c.src_port);
+  store16(f + l4 + 2, c.dst_port);
+  store32(f + l4 + 4, c.seq);
+  if (c.ack) {
+    tcp += diff32(p.ack, *c.ack);
+    store32(f + l4 + 8, *c.ack);
+  }
+  if (c.window) {
+    tcp += diff16(p.window, *c.window);
+    store16(f + l4 + 14, *c.window);
+  }
+  if (c.timestamps) {
+    // NOP, NOP, TS: the values sit at even offsets of the TCP header.
+    SLUICE_ASSERT(p.options.has_timestamps && p.options.timestamps_offset == l4 + kTcpBytes + 4);
+    tcp += diff32(p.options.timestamps.value, c.timestamps->value) +
+           diff32(p.options.timestamps.echo_reply, c.timestamps->echo_reply);
+    store32(f + l4 + kTcpBytes + 4, c.timestamps->value);
+    store32(f + l4 + kTcpBytes + 8, c.timestamps->echo_reply);
+  }
+  if (addresses != 0) {
+    uint8_t* check = f + l3 + 10;
+    store16(check, uint16_t(~checksum_fold(uint64_t(uint16_t(~rewrite_detail::load16(check))) +
+                                           addresses)));
+  }
+  uint8_t* check = f + l4 + 16;
+  store16(check,
+          uint16_t(~checksum_fold(uint64_t(uint16_t(~rewrite_detail::load16(check))) + tcp)));
+}
 
 // Addresses: the IPv4 header checksum, and for TCP the pseudo-header part of its checksum.
 inline void set_src_ip(std::span<uint8_t> frame, Packet& p, uint32_t ip) {
