@@ -2,9 +2,10 @@
 // path measured against it: 64- and 1514-byte Ethernet/IPv4/TCP frames from an rte_ring-backed
 // port to net_null, forwarded (a) by bare rte_eth_rx_burst/rte_eth_tx_burst as testpmd's io
 // mode, (b) by port::LcoreLoop with the IoForward handler and (c) by port::LcoreLoop with an
-// engine::Lcore whose one flow is spliced (issue 7: target >= 0.5x (a), testpmd's io rate);
-// with the established-flow frames also (d) by bare ethdev calls plus only the rewrite every
-// full-NAT splice does (bench::run_bare_rewrite), the floor that shows what the target allows.
+// engine::Lcore whose one flow is spliced (issue 7: target >= 0.5x (a), testpmd's io rate),
+// and the same with the established-flow path switched off ("general"); with the
+// established-flow frames also (d) by bare ethdev calls plus only the rewrite every full-NAT
+// splice does (bench::run_bare_rewrite), the floor that shows what the target allows.
 // Prints Mpps per lcore for each; the filling of the ring is not timed.
 // Usage: dpdk_forward_bench [--packets=N] [--seconds=S]  (--benchmark_* flags are accepted and
 // ignored but for a short smoke run: CI passes --benchmark_min_time). Needs no hugepages and no
