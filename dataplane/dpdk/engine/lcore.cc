@@ -148,7 +148,9 @@ bool Lcore::parse_established(Frame* f, net::Packet* p) const {
 // What handle_tcp() does with a segment of a spliced or lingering flow, without the general
 // parse and dispatch before it. A SYN (a lingering flow's tuple reused) never comes here:
 // parse_established() leaves SYNs to the general path. s.packet is what parse_frame() would
-// give, so the general path can take the frame as it is when this one does not.
+// give but for the ARP and ICMP fields and the SACK blocks, which nothing reads in a TCP
+// segment without SACK blocks, so the general path takes the frame as it is when this one
+// does not.
 bool Lcore::splice_established(Frame* f, Staged& s) {
   net::Packet& p = s.packet;
   const flow::Tuple t{p.src_ip, p.dst_ip, p.src_port, p.dst_port};
