@@ -60,6 +60,18 @@ net::TcpSegment base_segment() {
   return s;
 }
 
+// Random addresses, ports, sequence and acknowledgment numbers, window and flags.
+void randomize(net::TcpSegment& s, std::mt19937& rng) {
+  s.src_ip = uint32_t(rng());
+  s.dst_ip = uint32_t(rng());
+  s.src_port = uint16_t(rng());
+  s.dst_port = uint16_t(rng());
+  s.seq = uint32_t(rng());
+  s.ack = uint32_t(rng());
+  s.window = uint16_t(rng());
+  s.flags = uint8_t(rng());
+}
+
 Bytes build(const net::TcpSegment& s) {
   Bytes out(2048);
   const size_t n = net::build_tcp_segment(s, out);
@@ -501,14 +513,7 @@ TEST(DpdkNetRewrite, IncrementalChecksumsEqualRecomputationAfterRandomRewrites) 
   std::mt19937 rng(20261130);
   for (int iter = 0; iter < 3000; ++iter) {
     net::TcpSegment s = base_segment();
-    s.src_ip = uint32_t(rng());
-    s.dst_ip = uint32_t(rng());
-    s.src_port = uint16_t(rng());
-    s.dst_port = uint16_t(rng());
-    s.seq = uint32_t(rng());
-    s.ack = uint32_t(rng());
-    s.window = uint16_t(rng());
-    s.flags = uint8_t(rng());
+    randomize(s, rng);
     if (rng() % 2) s.vlan_tci = uint16_t(rng());
     std::array<net::SackBlock, 4> blocks;
     for (auto& b : blocks)
@@ -783,13 +788,10 @@ TEST(ParseEstablished, AgreesWithParse) {
   size_t corrupt_taken = 0;
   for (int i = 0; i < 20000; ++i) {
     net::TcpSegment s = base_segment();
-    s.flags = uint8_t(rng());
-    s.seq = uint32_t(rng());
-    s.ack = uint32_t(rng());
-    s.window = uint16_t(rng());
+    randomize(s, rng);
+    s.dst_ip = kVip;
     s.ttl = uint8_t(rng());
     s.ip_id = uint16_t(rng());
-    s.src_port = uint16_t(rng());
     if (pick(8) == 0) s.vlan_tci = uint16_t(pick(4096));
     if (pick(8) == 0) s.dst_mac = pick(2) ? kClientMac : net::kBroadcastMac;
     const net::SackBlock blocks[] = {{1, 2}, {3, 4}};
@@ -889,14 +891,8 @@ TEST(DpdkNetRewrite, RewriteEstablishedMatchesSegmentRewrite) {
   const auto pick = [&](uint32_t n) { return uint32_t(rng() % n); };
   for (int iter = 0; iter < 5000; ++iter) {
     net::TcpSegment s = base_segment();
-    s.src_ip = uint32_t(rng());
-    s.dst_ip = uint32_t(rng());
-    s.src_port = uint16_t(rng());
-    s.dst_port = uint16_t(rng());
-    s.seq = uint32_t(rng());
-    s.ack = uint32_t(rng());
-    s.window = uint16_t(rng());
-    s.flags = uint8_t(rng() & ~net::kSyn);
+    randomize(s, rng);
+    s.flags &= uint8_t(~net::kSyn);
     if (pick(2)) s.options.timestamps = net::Timestamps{uint32_t(rng()), uint32_t(rng())};
     const Bytes payload(pick(64), uint8_t(rng()));
     s.payload = payload;

@@ -113,18 +113,23 @@ Reason parse_icmp(std::span<const uint8_t> frame, Packet* p) {
   return Reason::kOk;
 }
 
-Reason parse_tcp(std::span<const uint8_t> frame, const ParseOptions& o, Packet* p) {
-  const uint32_t segment_bytes = p->frame_end - p->l4_offset;
-  if (segment_bytes < kTcpBytes) return Reason::kBadTcpOffset;
-  const uint8_t* t = frame.data() + p->l4_offset;
-  const uint32_t header_bytes = uint32_t(t[12] >> 4) * 4;
-  if (header_bytes < kTcpBytes || header_bytes > segment_bytes) return Reason::kBadTcpOffset;
+// The fixed part of the TCP header at `t`, ports to window.
+void load_tcp_fields(const uint8_t* t, Packet* p) {
   p->src_port = load16(t);
   p->dst_port = load16(t + 2);
   p->seq = load32(t + 4);
   p->ack = load32(t + 8);
   p->flags = t[13];
   p->window = load16(t + 14);
+}
+
+Reason parse_tcp(std::span<const uint8_t> frame, const ParseOptions& o, Packet* p) {
+  const uint32_t segment_bytes = p->frame_end - p->l4_offset;
+  if (segment_bytes < kTcpBytes) return Reason::kBadTcpOffset;
+  const uint8_t* t = frame.data() + p->l4_offset;
+  const uint32_t header_bytes = uint32_t(t[12] >> 4) * 4;
+  if (header_bytes < kTcpBytes || header_bytes > segment_bytes) return Reason::kBadTcpOffset;
+  load_tcp_fields(t, p);
   p->payload_offset = p->l4_offset + header_bytes;
   p->payload_bytes = segment_bytes - header_bytes;
   if (header_bytes != kTcpBytes) {
@@ -249,12 +254,7 @@ bool parse_established(std::span<const uint8_t> frame, const MacAddr& local_mac,
   p->ip_id = load16(ip + 4);
   p->src_ip = load32(ip + 12);
   p->dst_ip = load32(ip + 16);
-  p->src_port = load16(t);
-  p->dst_port = load16(t + 2);
-  p->seq = load32(t + 4);
-  p->ack = load32(t + 8);
-  p->flags = t[13];
-  p->window = load16(t + 14);
+  load_tcp_fields(t, p);
   TcpOptions& o = p->options;
   o.has_mss = false;
   o.has_window_scale = false;
