@@ -137,6 +137,9 @@ SpillResult run_spill(const std::string& dir, double seconds, bool per_producer)
       auto producer_of = [&](uint32_t k) -> SpillProducer& {
         return log->producer(per_producer ? t * per + k : t);
       };
+      // As sluiced's workers: the spill thread is woken once per pass, not per append.
+      for (uint32_t k = 0; k < (per_producer ? per : 1); ++k)
+        producer_of(k).set_batched_wake(true);
       auto append = [&](uint32_t k) {
         // std::to_chars, not snprintf: the clients share the 2 cores with the spill thread.
         char* e = std::to_chars(headers + 9, headers + 30, t * per + k).ptr;
@@ -185,6 +188,8 @@ SpillResult run_spill(const std::string& dir, double seconds, bool per_producer)
         for (uint32_t k = 0; k < per; ++k)
           while (in_flight[k] < producer_window && append(k))
             progress = true;
+        for (uint32_t k = 0; k < (per_producer ? per : 1); ++k)
+          producer_of(k).publish();
         if (progress) continue;
         if (!per_producer) {
           log->producer(t).wait(50);

@@ -66,7 +66,11 @@ class ReplicaRouter : public uring::Router {
 
 class ProducerSink : public uring::SpillSink {
  public:
-  explicit ProducerSink(queue::SpillProducer& producer) : producer_(producer) {}
+  // The worker calls arm_notify() before it blocks whenever appends are in flight, which
+  // publishes them: the producer's wake-ups are batched per pass of the worker's loop.
+  explicit ProducerSink(queue::SpillProducer& producer) : producer_(producer) {
+    producer_.set_batched_wake(true);
+  }
   Result append(uint64_t token, std::string_view vhost, std::string_view queue,
                 std::string_view headers, std::string_view body, std::string_view* why) override;
   size_t poll(std::span<Done> out) override;

@@ -76,20 +76,37 @@ AppendResult SpillProducer::append(uint64_t token, std::string_view vhost, std::
   head_ = pos + total;
   head_seen_.store(head_, std::memory_order_relaxed);
   ++appended_;
-  // Pairs with the fence after the spill thread announces it sleeps: either it sees this
-  // message (or this producer past half full) when it looks again, or we see it sleeping and
-  // wake it.
+  if (batched_wake_) {
+    unpublished_ = true;
+    return AppendResult::kQueued;
+  }
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake_if_asleep();
+  return AppendResult::kQueued;
+}
+
+void SpillProducer::wake_if_asleep() {
+  // The caller's fence pairs with the one after the spill thread announces it sleeps: either
+  // it sees these messages (or this producer past half full) when it looks again, or we see it
+  // sleeping here and wake it.
+  unpublished_ = false;
   const uint8_t sleeping = log_.sleeping_.load(std::memory_order_relaxed);
   if (sleeping == SpillLog::kIdleSleep || (sleeping == SpillLog::kDiskSleep && past_half())) {
     log_.wake();
   }
-  return AppendResult::kQueued;
+}
+
+void SpillProducer::publish() {
+  if (!unpublished_) return;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  wake_if_asleep();
 }
 
 bool SpillProducer::arm_notify() {
   waiting_.store(true, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  // The same fence publishes what was appended since (batched wake).
+  if (unpublished_) wake_if_asleep();
   if (done_.read_available() > 0) {
     waiting_.store(false, std::memory_order_relaxed);
     return false;

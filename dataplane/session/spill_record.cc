@@ -22,6 +22,17 @@ class Out {
     put(a);
     put(b);
   }
+  // Octets copied as they are, in one piece: headers are mostly runs with nothing to escape.
+  void put_run(const char* p, size_t n) {
+    if (n == 0) return;
+    if (n > out_.size() - n_) {
+      ok_ = false;
+      n_ = out_.size();
+      return;
+    }
+    std::memcpy(out_.data() + n_, p, n);
+    n_ += n;
+  }
   bool ok() const { return ok_; }
   std::string_view view() const { return {out_.data(), n_}; }
 
@@ -31,38 +42,47 @@ class Out {
   bool ok_ = true;
 };
 
+// The octets STOMP 1.2 escapes in a header, and their escapes.
+constexpr char escape_of(char c) {
+  switch (c) {
+    case '\\':
+      return '\\';
+    case '\n':
+      return 'n';
+    case '\r':
+      return 'r';
+    case ':':
+      return 'c';
+    default:
+      return 0;
+  }
+}
+
 // Octets of a header that uses no escapes (STOMP 1.0): everything 1.2 escapes is escaped.
 void put_plain(Out& o, std::string_view s) {
-  for (char c : s) {
-    switch (c) {
-      case '\\':
-        o.put2('\\', '\\');
-        break;
-      case '\n':
-        o.put2('\\', 'n');
-        break;
-      case '\r':
-        o.put2('\\', 'r');
-        break;
-      case ':':
-        o.put2('\\', 'c');
-        break;
-      default:
-        o.put(c);
-    }
+  size_t run = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char e = escape_of(s[i]);
+    if (e == 0) continue;
+    o.put_run(s.data() + run, i - run);
+    o.put2('\\', e);
+    run = i + 1;
   }
+  o.put_run(s.data() + run, s.size() - run);
 }
 
 // Octets already escaped for 1.1 or 1.2: their escapes mean the same in 1.2; a raw CR (which 1.1
 // allows inside a value) becomes \r.
 void put_escaped(Out& o, std::string_view s) {
-  for (char c : s) {
-    if (c == '\r') {
-      o.put2('\\', 'r');
-    } else {
-      o.put(c);
-    }
+  while (true) {
+    const void* cr = s.empty() ? nullptr : std::memchr(s.data(), '\r', s.size());
+    if (cr == nullptr) break;
+    const size_t at = size_t(static_cast<const char*>(cr) - s.data());
+    o.put_run(s.data(), at);
+    o.put2('\\', 'r');
+    s.remove_prefix(at + 1);
   }
+  o.put_run(s.data(), s.size());
 }
 
 }  // namespace

@@ -126,6 +126,8 @@ class SpillSink {
   virtual size_t poll(std::span<Done> out) = 0;
   virtual uint64_t in_flight() const = 0;
   // As SpillProducer: true when notify_fd() will become readable after the next completion.
+  // The worker calls it before every wait while appends are in flight; a sink may leave
+  // publishing its appends to the log's thread until then (SpillProducer::set_batched_wake).
   virtual bool arm_notify() = 0;
   virtual int notify_fd() const = 0;
 };

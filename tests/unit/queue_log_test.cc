@@ -546,6 +546,45 @@ TEST(SpillLog, ProducerRefusalsAreImmediateAndCounted) {
   EXPECT_EQ(append_wait(p, 5, "/", "q", "", std::string(6000, 'y')).status, AppendStatus::kDurable);
 }
 
+// Batched wake: append() leaves waking the spill thread to publish() or arm_notify(). Each
+// round waits for the thread to fall asleep, appends 1-3 records, then publishes them one way or
+// the other: were either not to wake it, the round's completions would never come.
+TEST(SpillLog, BatchedAppendsReachASleepingSpillThreadAtPublishOrArmNotify) {
+  TempDir t;
+  RecoveryReport rep;
+  auto log = open_log(small_options(t.path()), &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  SpillProducer& p = log->producer(0);
+  p.set_batched_wake(true);
+  uint64_t token = 0;
+  for (int round = 0; round < 60; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // the thread sleeps idle
+    const int records = 1 + round % 3;
+    for (int i = 0; i < records; ++i) {
+      ++token;
+      ASSERT_EQ(p.append(token, "/", "q", "", body_of(int(token))), AppendResult::kQueued);
+    }
+    const bool by_publish = round % 2 == 0;
+    if (by_publish) p.publish();
+    int seen = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (seen < records && std::chrono::steady_clock::now() < until) {
+      seen +=
+          int(p.poll([&](const Completion& c) { EXPECT_EQ(c.status, AppendStatus::kDurable); }, 8));
+      if (seen == records) break;
+      if (by_publish) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // no arm_notify()
+      } else {
+        p.wait(100);  // arm_notify() publishes
+      }
+    }
+    ASSERT_EQ(seen, records) << "round " << round
+                             << (by_publish ? ", publish()" : ", arm_notify()");
+  }
+  EXPECT_EQ(p.in_flight(), 0u);
+}
+
 TEST(SpillLog, SecondOpenOfTheSameDirectoryIsRefused) {
   TempDir t;
   RecoveryReport rep;
