@@ -79,6 +79,9 @@ class SpillProducer {
   uint64_t head_ = 0;       // owner: next free arena position
   uint64_t appended_ = 0;   // owner
   uint64_t completed_ = 0;  // owner
+  // Owner: records appended but not yet published (batched wake only).
+  bool batched_wake_ = false;
+  bool unpublished_ = false;
   int notify_fd_ = -1;
   // Either thread: half the ring or half the arena holds records the spill thread has not
   // taken (while a batch is written, only then is it worth waking for them).
@@ -87,9 +90,6 @@ class SpillProducer {
   std::atomic<uint64_t> head_seen_{0};
   // Spill thread: arena bytes before this position are free again.
   alignas(64) std::atomic<uint64_t> tail_{0};
-  // Owner: records appended but not yet published (batched wake only).
-  bool batched_wake_ = false;
-  bool unpublished_ = false;
   // Owner, after a full fence that follows the records' publication: wakes the spill thread
   // if its sleep is one these records end.
   void wake_if_asleep();
