@@ -33,21 +33,33 @@ from scenarios.arrangements import ARRANGEMENTS, Processes, Sink, Sluiced  # noq
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SESSIONS = 10_000
 SMOKE_SESSIONS = 200
-# Descriptors sluiced holds per idle spliced session: the client socket and the owner socket (in
-# its default splice mode a direction takes a pipe only while bytes pass; with
-# gateway.splice = "io_uring" each session keeps two pipes, four descriptors more).
-SLUICED_FDS_PER_SESSION = 2
-# Descriptors sluiced needs besides sessions: listener, rings, eventfds, spill segments, logs.
-SLUICED_FDS_RESERVED = 256
+# Descriptors a proxy holds per idle session: the client socket and the server socket. sluiced
+# parks idle spliced sessions above limits.park_sessions_above (a quarter of its open-file limit
+# by default): their sockets move to its rings' fixed-file tables, so that it holds N sessions
+# under any limit (Linux 6.8). HAProxy has no such thing: it holds two per session.
+PROXY_FDS_PER_SESSION = 2
+# Descriptors a proxy needs besides sessions: listeners, rings, eventfds, spill segments, logs.
+PROXY_FDS_RESERVED = 256
+# sluiced's parking needs IORING_OP_FIXED_FD_INSTALL.
+PARKING_KERNEL = (6, 8)
 HANDSHAKES_IN_FLIGHT = 256
 OPEN_TIMEOUT_S = 120
 SETTLE_S = 1.0
 
 
 def capacity(hard_limit):
-    """The most idle spliced sessions sluiced can hold under this hard RLIMIT_NOFILE, rounded
-    down to a hundred."""
-    return max(0, (hard_limit - SLUICED_FDS_RESERVED) // SLUICED_FDS_PER_SESSION // 100 * 100)
+    """The most idle sessions a proxy holding two descriptors each can hold under this hard
+    RLIMIT_NOFILE, rounded down to a hundred."""
+    return max(0, (hard_limit - PROXY_FDS_RESERVED) // PROXY_FDS_PER_SESSION // 100 * 100)
+
+
+def kernel_parks():
+    """True when this kernel can park sessions (sluiced's parking needs Linux 6.8)."""
+    release = os.uname().release.split("-")[0].split(".")
+    try:
+        return (int(release[0]), int(release[1])) >= PARKING_KERNEL
+    except (IndexError, ValueError):
+        return False
 
 
 # /proc/slabinfo caches a session's kernel objects live in (prefixes). Other caches (file system
@@ -202,9 +214,10 @@ def measure(name, n, procs, sink, log_dir):
             "fds_delta": None if pid is None else held["fds"] - before["fds"]}
 
 
-def run(arrangements, n, rounds, sluice_load, procs, log_dir, print_fn=print):
-    """Interleaved rounds (direct first: the kernel baseline); per arrangement the medians and
-    the per-session figures. Raises RuntimeError if a session cannot be opened."""
+def run(arrangements, ns, rounds, sluice_load, procs, log_dir, print_fn=print):
+    """Interleaved rounds (direct first: the kernel baseline); per arrangement (holding
+    ns[arrangement] sessions) the medians and the per-session figures. Raises RuntimeError if a
+    session cannot be opened."""
     if "direct" not in arrangements:
         arrangements = ["direct"] + list(arrangements)
     os.makedirs(log_dir, exist_ok=True)
@@ -213,9 +226,10 @@ def run(arrangements, n, rounds, sluice_load, procs, log_dir, print_fn=print):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the client's sockets
     samples, small = [], {}
     for rnd in range(rounds):
-        sink = Sink(procs, sluice_load, None, 3600, connections_max=n + 64)
+        sink = Sink(procs, sluice_load, None, 3600, connections_max=max(ns.values()) + 64)
         try:
             for name in arrangements:
+                n = ns[name]
                 if name != "direct":
                     small.setdefault(name, []).append(start_rss(name, 1, procs, sink, log_dir))
                 m = measure(name, n, procs, sink, log_dir)
@@ -239,45 +253,53 @@ def run(arrangements, n, rounds, sluice_load, procs, log_dir, print_fn=print):
              for k in ("rss_delta_kib", "rss_start_kib", "kernel_delta_kib", "slab_delta_kib",
                        "tcp_mem_delta_kib")}
         fds = [m["fds_delta"] for m in mine if m["fds_delta"] is not None]
-        s["fds_per_session"] = statistics.median(fds) / n if fds else None
+        s["sessions"] = ns[name]
+        s["fds_per_session"] = statistics.median(fds) / ns[name] if fds else None
         caches = sorted({k for m in mine for k in m["cache_delta_bytes"]})
         s["cache_delta_bytes"] = {k: statistics.median(m["cache_delta_bytes"].get(k, 0)
                                                        for m in mine) for k in caches}
         s["rss_start_one_session_kib"] = statistics.median(small[name]) if name in small else None
         summary[name] = s
+    # The direct arrangement's growth per session (the client's and the sink's sockets) is
+    # taken off each proxy's, per session: the two may hold different N.
     base = summary["direct"]
+    nb = ns["direct"]
     for name, s in summary.items():
+        n = ns[name]
         s["user_growth_per_session_kib"] = s["rss_delta_kib"] / n
         s["user_prealloc_per_session_kib"] = (
             0.0 if s["rss_start_one_session_kib"] is None
             else max(0.0, s["rss_start_kib"] - s["rss_start_one_session_kib"]) / n)
-        s["kernel_per_session_kib"] = (s["kernel_delta_kib"] - base["kernel_delta_kib"]) / n
+        s["kernel_per_session_kib"] = s["kernel_delta_kib"] / n - base["kernel_delta_kib"] / nb
         s["per_session_kib"] = (s["user_growth_per_session_kib"]
                                 + s["user_prealloc_per_session_kib"] + s["kernel_per_session_kib"])
         s["kernel_by_cache_per_session_b"] = {
-            k: (v - base["cache_delta_bytes"].get(k, 0)) / n
+            k: v / n - base["cache_delta_bytes"].get(k, 0) / nb
             for k, v in s["cache_delta_bytes"].items()}
-    return {"sessions": n, "rounds": rounds, "samples": samples, "summary": summary}
+    return {"sessions": ns.get("sluiced", nb), "sessions_by": dict(ns), "rounds": rounds,
+            "samples": samples, "summary": summary}
 
 
 def text(result, requested, why_fewer):
-    n = result["sessions"]
-    lines = [f"memory per idle session, N = {n:,}"
-             + (f" (asked {requested:,}: {why_fewer})" if n != requested else "")
+    """why_fewer: arrangement -> why it holds fewer sessions than requested."""
+    lines = [f"memory per idle session, N = {requested:,} asked"
+             + "".join(f"; {name} holds {result['summary'][name]['sessions']:,}: {why}"
+                       for name, why in why_fewer.items() if name in result["summary"])
              + f", median of {result['rounds']} round(s), KiB per session; user = RSS growth "
              "+ RSS allocated at start for N session slots; kernel = session slab caches + TCP "
              "buffer pages, minus the direct arrangement's (the client's and the sink's sockets)",
-             f"{'arrangement':<12} {'user growth':>11} {'user slots':>10} {'kernel':>8} "
+             f"{'arrangement':<12} {'N':>6} {'user growth':>11} {'user slots':>10} {'kernel':>8} "
              f"{'total':>8} {'fds':>5}  largest kernel parts (bytes per session)"]
     for name, s in result["summary"].items():
+        n = s["sessions"]
         if name == "direct":
-            lines.append(f"{name:<12} {'-':>11} {'-':>10} {'baseline':>8} {'-':>8} {'-':>5}  "
-                         f"kernel growth {s['kernel_delta_kib'] / n:.2f} KiB per session "
-                         "(2 sockets)")
+            lines.append(f"{name:<12} {n:>6} {'-':>11} {'-':>10} {'baseline':>8} {'-':>8} "
+                         f"{'-':>5}  kernel growth {s['kernel_delta_kib'] / n:.2f} KiB per "
+                         "session (2 sockets)")
             continue
         parts = sorted(s["kernel_by_cache_per_session_b"].items(), key=lambda kv: -kv[1])[:6]
         fds = "-" if s["fds_per_session"] is None else f"{s['fds_per_session']:.1f}"
-        lines.append(f"{name:<12} {s['user_growth_per_session_kib']:>11.2f} "
+        lines.append(f"{name:<12} {n:>6} {s['user_growth_per_session_kib']:>11.2f} "
                      f"{s['user_prealloc_per_session_kib']:>10.2f} "
                      f"{s['kernel_per_session_kib']:>8.2f} {s['per_session_kib']:>8.2f} "
                      f"{fds:>5}  " + ", ".join(f"{k} {v:,.0f}" for k, v in parts)
@@ -286,22 +308,26 @@ def text(result, requested, why_fewer):
 
 
 def plan(requested, arrangements):
-    """The N that fits every arrangement under this machine's hard RLIMIT_NOFILE, and why it
-    is smaller than asked when it is."""
+    """The N each arrangement holds under this machine's hard RLIMIT_NOFILE (arrangement -> N,
+    "direct" included), and why an arrangement holds fewer than asked (arrangement -> text)."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    n, why = requested, None
     client_cap = (hard - 512) // 100 * 100  # this process holds the client ends
-    if "sluiced" in arrangements and capacity(hard) < n:
-        n = capacity(hard)
-        why = (f"the hard RLIMIT_NOFILE is {hard:,} and cannot be raised here (no "
-               f"CAP_SYS_RESOURCE); sluiced holds {SLUICED_FDS_PER_SESSION} descriptors per "
-               f"idle spliced session (client and owner sockets), so at most {n:,}; an "
-               f"operator raises LimitNOFILE in sluiced.service (>= 6 x sessions + "
-               f"{SLUICED_FDS_RESERVED})")
-    if client_cap < n:
-        n = client_cap
-        why = f"the client holds one descriptor per session under a hard limit of {hard:,}"
-    return n, why
+    base = min(requested, client_cap)
+    ns, why = {"direct": base}, {}
+    for name in arrangements:
+        ns[name] = base
+        if base < requested:
+            why[name] = (f"the client holds one descriptor per session under a hard limit of "
+                         f"{hard:,}")
+            continue
+        parks = name == "sluiced" and kernel_parks()
+        if name in ("sluiced", "haproxy") and not parks and capacity(hard) < base:
+            ns[name] = capacity(hard)
+            why[name] = (f"the hard RLIMIT_NOFILE is {hard:,} and cannot be raised here (no "
+                         f"CAP_SYS_RESOURCE); {name} holds {PROXY_FDS_PER_SESSION} descriptors "
+                         f"per idle session (client and server sockets), so at most "
+                         f"{ns[name]:,}")
+    return ns, why
 
 
 def main(argv):
@@ -321,11 +347,11 @@ def main(argv):
         a.sessions, a.rounds = SMOKE_SESSIONS, 1
     arrangements = [x for x in a.arrangements.split(",") if x]
     Sluiced.binary, Sluiced.sluicectl = os.path.abspath(a.sluiced), os.path.abspath(a.sluicectl)
-    n, why = plan(a.sessions, arrangements)
+    ns, why = plan(a.sessions, arrangements)
     os.makedirs(a.out, exist_ok=True)
     procs = Processes(a.out)
     try:
-        result = run(arrangements, n, a.rounds, os.path.abspath(a.sluice_load), procs, a.out)
+        result = run(arrangements, ns, a.rounds, os.path.abspath(a.sluice_load), procs, a.out)
     except RuntimeError as e:
         print(f"idle_sessions: {e}", file=sys.stderr)
         return 1

@@ -168,12 +168,13 @@ void read_stomp(const Table& root, GatewayConfig* c) {
 
 void read_limits(const Table& root, GatewayConfig* c) {
   using session::FrameLimits;
-  std::optional<Table> t = root.table(
-      "limits",
-      {"sessions_max", "sessions_per_source_max", "prelude_sessions_max", "prelude_bytes_max",
-       "frame_bytes_max", "header_count_max", "header_line_bytes_max", "body_bytes_max",
-       "frame_timeout_ms", "prelude_idle_timeout_ms", "connect_timeout_ms", "queues_max",
-       "spill_sessions_max", "pipe_bytes", "pipe_bytes_max", "grown_pipes_max"});
+  std::optional<Table> t =
+      root.table("limits", {"sessions_max", "sessions_per_source_max", "prelude_sessions_max",
+                            "prelude_bytes_max", "frame_bytes_max", "header_count_max",
+                            "header_line_bytes_max", "body_bytes_max", "frame_timeout_ms",
+                            "prelude_idle_timeout_ms", "connect_timeout_ms", "queues_max",
+                            "spill_sessions_max", "pipe_bytes", "pipe_bytes_max", "grown_pipes_max",
+                            "park_sessions_above"});
   if (t) {
     constexpr int64_t kBytesCeiling = FrameLimits::kFrameBytesCeiling;
     session::SessionConfig& s = c->session;
@@ -222,6 +223,9 @@ void read_limits(const Table& root, GatewayConfig* c) {
                      ")");
     }
     if (auto v = t->integer("grown_pipes_max", 0, 65536)) c->grown_pipes_max = uint32_t(*v);
+    if (auto v = t->integer("park_sessions_above", 0, kSessionsMax)) {
+      c->park_sessions_above = uint32_t(*v);
+    }
   }
   // The keys are valid one by one; the session core checks how they combine.
   std::string why = c->session.validate();

@@ -145,6 +145,9 @@ struct GatewayConfig {
   uint32_t pipe_bytes = 64u << 10;     // capacity of each splice pipe (two per spliced session)
   uint32_t pipe_bytes_max = 1u << 20;  // what a pipe that a stream fills grows to
   uint32_t grown_pipes_max = 32;       // grown pipes at once, across workers; 0: none
+  // Above this many sessions idle spliced sessions are parked (uring::EngineOptions); unset:
+  // a quarter of the open-file limit.
+  std::optional<uint32_t> park_sessions_above;
   // [health], [placement], [[nodes]], [feed.rabbitmq]
   HealthConfig health;
   PlacementPolicy placement = PlacementPolicy::kRendezvous;

@@ -93,6 +93,15 @@ std::string EngineAdmin::metrics_text() {
              &C::pipes_grown);
   per_worker("sluice_splice_grown_pipes", "gauge",
              "Grown splice pipes held, in use or kept for the next stream.", &C::grown_pipes);
+  per_worker("sluice_splice_parks_total", "counter",
+             "Idle spliced sessions whose descriptors went to the ring's fixed-file table.",
+             &C::parks);
+  per_worker("sluice_splice_unparks_total", "counter",
+             "Parked sessions that got their descriptors back when bytes arrived.", &C::unparks);
+  per_worker("sluice_splice_unpark_failed_total", "counter",
+             "Parked sessions closed because their descriptors could not come back (EMFILE).",
+             &C::unpark_failed);
+  per_worker("sluice_splice_parked", "gauge", "Spliced sessions parked now.", &C::parked);
   per_worker("sluice_spill_session_appends_total", "counter",
              "SENDs of spill sessions handed to the spill log.", &C::appends);
   per_worker("sluice_spill_session_appends_busy_total", "counter",

@@ -100,6 +100,7 @@ sluice::uring::EngineOptions engine_options(const GatewayConfig& c) {
   o.pipe_bytes = c.pipe_bytes;
   o.pipe_bytes_max = c.pipe_bytes_max;
   o.grown_pipes_max = c.grown_pipes_max;
+  if (c.park_sessions_above) o.park_sessions_above = *c.park_sessions_above;
   o.sqpoll = c.sqpoll;
   o.splice = c.splice_inline ? sluice::uring::EngineOptions::SpliceMode::kInline
                              : sluice::uring::EngineOptions::SpliceMode::kRing;

@@ -46,15 +46,16 @@ def spill_reference(spill_bench, smoke, out_dir, cpus=None):
 
 def idle(args, procs):
     """Memory per idle spliced session (bench/idle_sessions.py) with the arrangements here."""
-    n, why = idle_sessions.plan(args.idle_sessions, args.arrangements)
+    ns, why = idle_sessions.plan(args.idle_sessions, args.arrangements)
     rounds = 1 if args.smoke else 2
-    print(f"\n== idle: memory per idle session, N = {n:,}"
-          + (f" (asked {args.idle_sessions:,}: {why})" if why else ""), flush=True)
+    print(f"\n== idle: memory per idle session, N = "
+          + ", ".join(f"{name} {n:,}" for name, n in ns.items())
+          + "".join(f" ({name}: {text})" for name, text in why.items()), flush=True)
     try:
-        result = idle_sessions.run(args.arrangements, n, rounds, args.sluice_load, procs,
+        result = idle_sessions.run(args.arrangements, ns, rounds, args.sluice_load, procs,
                                    os.path.join(args.out, "idle"))
     except RuntimeError as e:
-        return {"error": f"idle sessions: {e}", "sessions": n}
+        return {"error": f"idle sessions: {e}", "sessions": ns.get("sluiced", ns["direct"])}
     result["requested"] = args.idle_sessions
     result["why_fewer"] = why
     result["text"] = idle_sessions.text(result, args.idle_sessions, why)
@@ -146,8 +147,9 @@ def acceptance(results):
                  "note": note_of(idl.get("error"),
                                  "kernel figure <= 0: noise, measure again" if noisy else None,
                                  None if hap is None else
-                                 f"HAProxy {hap['per_session_kib']:.1f} KiB",
-                                 None if not idl.get("why_fewer") else
+                                 f"HAProxy {hap['per_session_kib']:.1f} KiB at "
+                                 f"N={hap['sessions']:,}",
+                                 None if "sluiced" not in (idl.get("why_fewer") or {}) else
                                  f"N < {idl.get('requested', 0):,}: fd limit")})
     return rows
 

@@ -75,6 +75,16 @@ struct EngineOptions {
   // per splice). Both are zero copy; README "Splice modes" has the measured difference.
   enum class SpliceMode : uint8_t { kInline, kRing };
   SpliceMode splice = SpliceMode::kInline;
+  // Parking (kInline only): above this many sessions in the engine, a spliced session whose
+  // two directions are both idle moves its two sockets into the worker ring's fixed-file table
+  // and closes their descriptors, so that the descriptor limit (RLIMIT_NOFILE) does not bound
+  // how many idle sessions the gateway holds. Readiness on either socket gets the descriptors
+  // back (IORING_OP_FIXED_FD_INSTALL, kernel 6.8) before bytes move. kParkAuto: a quarter of
+  // the open-file limit at start (each unparked session holds two descriptors, four more
+  // while bytes pass); 0: every idle spliced session; kParkNever: none.
+  static constexpr uint32_t kParkAuto = UINT32_MAX - 1;
+  static constexpr uint32_t kParkNever = UINT32_MAX;
+  uint32_t park_sessions_above = kParkAuto;
   session::SpillLimits spill_limits;
 
   // Empty when valid; otherwise names the first wrong setting.
@@ -179,6 +189,10 @@ struct WorkerCounters {
   std::atomic<uint64_t> bytes_out{0};       // owner -> client, spliced
   std::atomic<uint64_t> pipes_grown{0};     // pipes grown to pipe_bytes_max for a stream
   std::atomic<uint64_t> grown_pipes{0};     // grown pipes the worker holds (in use or pooled)
+  std::atomic<uint64_t> parks{0};           // idle spliced sessions parked (see EngineOptions)
+  std::atomic<uint64_t> unparks{0};         // ... that got their descriptors back
+  std::atomic<uint64_t> unpark_failed{0};   // ... that could not (closed: EMFILE and the like)
+  std::atomic<uint64_t> parked{0};          // sessions parked now
   std::atomic<uint64_t> appends{0};
   std::atomic<uint64_t> appends_busy{0};
   std::atomic<uint64_t> active{0};

@@ -263,6 +263,19 @@ void Worker::begin_close(uint32_t slot, bool reset) {
     finish_close(slot);
     return;
   }
+  if (s.park != kNone) {
+    // Parked: the descriptors come back first (finish_close may need them for the reset), then
+    // the cancels find the sockets through the slots.
+    unpark(slot);
+    for (uint32_t side = 0; side < 2; ++side) {
+      io_uring_sqe* e = sqe();
+      io_uring_prep_cancel_fd(e, int(2 * s.park + side),
+                              IORING_ASYNC_CANCEL_ALL | IORING_ASYNC_CANCEL_FD_FIXED);
+      io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kCancel));
+      ++s.inflight;
+    }
+    return;
+  }
   // Cancel whatever waits on the session's sockets; splices in flight finish by themselves
   // (every descriptor is non-blocking).
   for (int fd : {s.cfd, s.ofd}) {
@@ -292,6 +305,7 @@ void Worker::finish_close(uint32_t slot) {
   }
   if (s.cfd >= 0) close(s.cfd);
   if (s.ofd >= 0) close(s.ofd);
+  clear_park(s);  // a parked session whose descriptors did not come back: its sockets close here
   for (Dir& d : s.dir) {
     // An empty pipe is as good as new; one that still holds bytes is closed with them (asked
     // of the kernel: a splice that completed while the session was closing is not counted).
@@ -303,6 +317,8 @@ void Worker::finish_close(uint32_t slot) {
     d = Dir{};
   }
   s.cfd = s.ofd = -1;
+  s.unpark_failed = false;
+  s.wake = 0;
   release_prelude(slot);
   release_out(slot);
   release_spill(slot);
@@ -351,6 +367,11 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
   SLUICE_ASSERT(s.inflight > 0);
   --s.inflight;
   if (op == Op::kRecvClient) s.recv_armed = false;
+  if (op == Op::kPollIn || op == Op::kPollIn1) s.dir[int(op) - int(Op::kPollIn)].idle = false;
+  if (op == Op::kInstall || op == Op::kInstall1) {
+    on_install(slot, int(op) - int(Op::kInstall), res);  // closing or not: it holds a descriptor
+    return;
+  }
   if (s.state == State::kClosing) {
     if (op == Op::kRecvClient && (cqe->flags & IORING_CQE_F_BUFFER)) {
       recycle(uint16_t(cqe->flags >> IORING_CQE_BUFFER_SHIFT));
@@ -382,6 +403,9 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
     case Op::kPollIn1:
       if (res < 0) {
         begin_close(slot, true);
+      } else if (s.park != kNone) {
+        s.wake = uint8_t(s.wake | (1u << (int(op) - int(Op::kPollIn))));
+        unpark(slot);
       } else if (options_.splice == EngineOptions::SpliceMode::kInline) {
         pump(slot, int(op) - int(Op::kPollIn));
       }  // else the linked splice in follows

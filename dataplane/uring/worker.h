@@ -63,7 +63,13 @@ enum class Op : uint8_t {
   kPollOut,  // + direction
   kPollOut1,
   kCancel,
+  kInstall,  // + side: a parked socket's descriptor back (0 client, 1 owner)
+  kInstall1,
 };
+
+// IORING_OP_FIXED_FD_INSTALL (Linux 6.8; liburing 2.3 predates it): installs a fixed file of
+// the ring as a normal descriptor.
+inline constexpr uint8_t kOpFixedFdInstall = 54;
 
 enum class State : uint8_t {
   kFree,
@@ -87,6 +93,7 @@ struct Dir {
   bool done = false;
   bool bulk = false;          // filled a pipe: takes a grown one from the pool when it can
   bool grow_refused = false;  // the kernel refused to grow its pipe: not asked again
+  bool idle = false;          // waits for readable with no pipe held (parking needs both)
 };
 
 struct Session {
@@ -101,9 +108,13 @@ struct Session {
   bool splice_after_send = false;  // greeting leftovers go out first
   bool end_requested = false;      // spill: request_end() done
   bool counted_prelude = false;
+  bool unpark_failed = false;
+  uint8_t unparking = 0;  // descriptor installs in flight
+  uint8_t wake = 0;       // directions that became readable while parked (bit d)
   int cfd = -1;
   int ofd = -1;
-  uint32_t src_ip = 0;  // network order
+  uint32_t park = kNone;  // parked: the pair of fixed-file slots 2 park (client), 2 park + 1
+  uint32_t src_ip = 0;    // network order
   uint16_t src_port = 0;
   uint32_t node = kNone;
   uint32_t prelude_slot = kNone;
@@ -246,6 +257,14 @@ class Worker {
   void grow_pipe(Dir& d);       // to pipe_bytes_max, within the worker's share of grown pipes
   void count_grown(int delta);  // grown_pipes_ and its gauge
   bool grown(const Dir& d) const { return d.pipe_cap > options_.pipe_bytes; }
+  // Parking (EngineOptions::park_sessions_above).
+  void maybe_park(uint32_t slot);
+  void unpark(uint32_t slot);  // submits the installs of both descriptors
+  void on_install(uint32_t slot, int side, int res);
+  void clear_park(Session& s);  // empties the pair of slots; the ring lets go of the sockets
+
+  // worker_setup.cc
+  void open_parking(uint32_t sessions);
 
   // worker_spill.cc
   void start_spill(uint32_t slot);
@@ -294,6 +313,11 @@ class Worker {
   std::vector<PooledPipe> grown_pool_;
   uint32_t grown_pipes_ = 0;
   uint32_t grown_max_ = 0;
+  // Sessions in the engine above which idle spliced sessions are parked; kParkNever when the
+  // ring has no fixed-file table.
+  uint32_t park_above_ = EngineOptions::kParkNever;
+  std::vector<uint32_t> free_parks_;  // pairs of fixed-file slots
+  uint64_t park_errors_ = 0;
   std::vector<Session> sessions_;
   std::vector<uint32_t> free_sessions_;
   SlotPool<PreludeSlot> preludes_;

@@ -5,9 +5,11 @@
 #include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -61,6 +63,46 @@ Worker::~Worker() {
   }
 }
 
+void Worker::open_parking(uint32_t sessions) {
+  uint32_t above = options_.park_sessions_above;
+  const char* why = nullptr;
+  rlimit fds{};
+  getrlimit(RLIMIT_NOFILE, &fds);
+  const uint64_t fd_limit = fds.rlim_cur == RLIM_INFINITY ? UINT32_MAX : fds.rlim_cur;
+  if (above == EngineOptions::kParkAuto)
+    above = uint32_t(std::min<uint64_t>(fd_limit / 4, UINT32_MAX));
+  if (above == EngineOptions::kParkNever || above >= options_.sessions_max) return;  // never needed
+  if (options_.splice != EngineOptions::SpliceMode::kInline) {
+    why = "gateway.splice = \"io_uring\" keeps the descriptors in its splices";
+  } else if (options_.sqpoll) {
+    why = "with gateway.sqpoll the kernel's poller submits, after a parked descriptor is closed";
+  }
+  // Both sockets of a parked session take a pair of slots; a table may not be larger than the
+  // open-file limit.
+  const uint32_t pairs = uint32_t(std::min<uint64_t>(sessions, fd_limit / 2));
+  if (why == nullptr) {
+    io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
+    const bool install = probe != nullptr && io_uring_opcode_supported(probe, kOpFixedFdInstall);
+    if (probe != nullptr) io_uring_free_probe(probe);
+    if (!install) {
+      why = "the kernel has no IORING_OP_FIXED_FD_INSTALL (Linux 6.8)";
+    } else if (pairs == 0 || io_uring_register_files_sparse(&ring_, pairs * 2) < 0) {
+      why = "the ring's fixed-file table could not be registered";
+    }
+  }
+  if (why != nullptr) {
+    if (index_ == 0) {
+      log_(LogLevel::kWarn, "parking_unavailable",
+           {{{"reason", why}, {"park_sessions_above", std::to_string(above)}}});
+    }
+    return;
+  }
+  park_above_ = above;
+  free_parks_.reserve(pairs);
+  for (uint32_t i = pairs; i > 0; --i)
+    free_parks_.push_back(i - 1);
+}
+
 std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   const uint32_t workers = options_.workers;
   const uint32_t sessions = options_.sessions_max;  // any worker may hold them all
@@ -112,6 +154,8 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
                           options_.recv_buffer_bytes, uint16_t(i), recv_mask_, int(i));
   }
   io_uring_buf_ring_advance(buf_ring_, int(options_.recv_buffers));
+
+  open_parking(sessions);
 
   sessions_.resize(sessions);
   free_sessions_.reserve(sessions);

@@ -65,6 +65,100 @@ void Worker::start_splice(uint32_t slot) {
   add(counters_.splicing, 1);
   arm_poll(slot, 0, false);
   arm_poll(slot, 1, false);
+  maybe_park(slot);
+}
+
+// Parking: the ring's fixed-file table holds both sockets instead of the descriptor table. The
+// two polls were submitted with the descriptors and keep their own references to the sockets,
+// so closing the descriptors changes nothing for them; when one completes, unpark() gets both
+// descriptors back before pump() runs. A parked session that is closed gets its descriptors
+// back first too (a reset needs SO_LINGER on them); without them, emptying its slots closes the
+// sockets.
+void Worker::maybe_park(uint32_t slot) {
+  if (park_above_ == EngineOptions::kParkNever) return;
+  Session& s = sessions_[slot];
+  if (s.state != State::kSpliced || s.park != kNone || s.unparking != 0) return;
+  if (!s.dir[0].idle || !s.dir[1].idle) return;
+  if (global_sessions_->load(std::memory_order_relaxed) <= park_above_) return;
+  if (free_parks_.empty()) return;
+  const uint32_t p = free_parks_.back();
+  int fds[2] = {s.cfd, s.ofd};
+  const int r = io_uring_register_files_update(&ring_, 2 * p, fds, 2);
+  if (r != 2) {
+    if (r > 0) {  // one slot taken: give it back
+      int none[2] = {-1, -1};
+      io_uring_register_files_update(&ring_, 2 * p, none, 2);
+    }
+    if (park_errors_++ % 1000 == 0) {
+      log_(LogLevel::kWarn, "park_failed",
+           {{{"error", r < 0 ? std::strerror(-r) : "short update"},
+             {"failures", std::to_string(park_errors_)}}});
+    }
+    return;
+  }
+  // The polls must hold their sockets before the descriptors go.
+  io_uring_submit(&ring_);
+  free_parks_.pop_back();
+  close(s.cfd);
+  close(s.ofd);
+  s.cfd = s.ofd = -1;
+  s.park = p;
+  add(counters_.parks, 1);
+  bump(counters_.parked);
+}
+
+void Worker::unpark(uint32_t slot) {
+  Session& s = sessions_[slot];
+  if (s.park == kNone || s.unparking != 0 || s.unpark_failed) return;
+  for (int side = 0; side < 2; ++side) {
+    io_uring_sqe* e = sqe();
+    io_uring_prep_rw(kOpFixedFdInstall, e, int(2 * s.park + uint32_t(side)), nullptr, 0, 0);
+    e->flags |= IOSQE_FIXED_FILE;  // install_fd_flags 0: the descriptor is O_CLOEXEC
+    io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(Op::kInstall) + side)));
+    ++s.inflight;
+  }
+  s.unparking = 2;
+}
+
+void Worker::clear_park(Session& s) {
+  if (s.park == kNone) return;
+  int none[2] = {-1, -1};
+  io_uring_register_files_update(&ring_, 2 * s.park, none, 2);
+  free_parks_.push_back(s.park);
+  s.park = kNone;
+  drop(counters_.parked);
+}
+
+void Worker::on_install(uint32_t slot, int side, int res) {
+  Session& s = sessions_[slot];
+  SLUICE_ASSERT(s.unparking > 0);
+  --s.unparking;
+  if (res >= 0) {
+    (side == 0 ? s.cfd : s.ofd) = res;
+  } else if (!s.unpark_failed) {
+    s.unpark_failed = true;
+    add(counters_.unpark_failed, 1);
+    log_(LogLevel::kWarn, "unpark_failed", {{{"error", std::strerror(-res)}}});
+  }
+  if (s.unparking > 0) return;
+  if (s.state == State::kClosing) {
+    // finish_close closes the descriptors and empties the slots.
+    if (s.inflight == 0) finish_close(slot);
+    return;
+  }
+  if (s.unpark_failed) {
+    // The slots stay until the session is closed: its cancels find the sockets through them.
+    add(counters_.resets, 1);
+    begin_close(slot, true);
+    return;
+  }
+  clear_park(s);
+  add(counters_.unparks, 1);
+  const uint8_t wake = s.wake;
+  s.wake = 0;
+  for (int d = 0; d < 2; ++d) {
+    if ((wake & (1u << d)) != 0 && s.state == State::kSpliced) pump(slot, d);
+  }
 }
 
 bool Worker::take_pipe(Dir& d) {
@@ -150,6 +244,7 @@ void Worker::arm_poll(uint32_t slot, int d, bool out) {
   io_uring_prep_poll_add(e, fd, out ? POLLOUT : POLLIN);
   io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(out ? Op::kPollOut : Op::kPollIn) + d)));
   ++s.inflight;
+  s.dir[d].idle = !out && s.dir[d].pipe_r < 0;
   if (!out && options_.splice == EngineOptions::SpliceMode::kRing) {
     // Readable -> splice in, as one linked submission: the poll completes in the ring's own
     // task work and the splice follows without another trip through the loop.
@@ -251,6 +346,7 @@ void Worker::pump(uint32_t slot, int d) {
         // than pay a read that says EAGAIN (one syscall less per message on a quiet stream).
         give_pipe(dir);
         arm_poll(slot, d, false);
+        maybe_park(slot);
         return;
       }
     }
@@ -271,6 +367,7 @@ void Worker::pump(uint32_t slot, int d) {
     if (errno == EAGAIN || errno == EINTR) {
       give_pipe(dir);  // empty (flushed above): idle directions hold no pipe
       arm_poll(slot, d, false);
+      maybe_park(slot);
       return;
     }
     add(counters_.resets, 1);

@@ -12,6 +12,8 @@
     message is delivered once the owner is back;
 (e) STOMP 1.0, 1.1 and 1.2 clients, CRLF frames, binary bodies with content-length, receipts on
     every frame type, and the owner's ERROR on bad credentials forwarded byte for byte.
+The gateway of (a), (b), (e) and the reload case parks every idle spliced session
+(limits.park_sessions_above = 0); each case checks that sessions were parked and unparked.
 
 Usage: gateway_test.py SLUICED SLUICECTL
 Attaches to the cluster named by $SLUICE_RABBIT_CLUSTER (tools/dev/test starts one for the
@@ -68,6 +70,15 @@ class Run:
         text = base_config(name, work, port, self.cluster, **config(work))
         self.gw = Sluiced(self.sluiced, self.sluicectl, work, text, port).start()
         return self.gw
+
+    def metric_sum(self, name):
+        """The sum of a metric's samples over its labels (workers), from `sluicectl metrics`."""
+        total = 0.0
+        for line in self.gw.ctl("metrics").stdout.splitlines():
+            key, _, value = line.rpartition(" ")
+            if key == name or key.startswith(name + "{"):
+                total += float(value)
+        return total
 
     def stop_gateway(self):
         if self.gw:
@@ -535,12 +546,21 @@ timeout_ms = 400
                                       ("h", self.case_reload), ("e", self.case_protocol))
                   if n in selected]
         if direct:
+            # Every idle spliced session is parked (limits.park_sessions_above = 0), so that
+            # these cases also run each spliced session through parking and unparking.
             self.start_gateway("gw-direct", lambda work: {
-                "nodes": nodes, "spill": "allow_anonymous = true", "extra": feed})
+                "nodes": nodes, "spill": "allow_anonymous = true", "extra": feed,
+                "limits": "park_sessions_above = 0"})
             for name, case in direct:
                 t0 = time.monotonic()
                 case()
                 times[name] = time.monotonic() - t0
+            parks, unparks, failed = (self.metric_sum(f"sluice_splice_{m}")
+                                      for m in ("parks_total", "unparks_total",
+                                                "unpark_failed_total"))
+            check(parks > 0 and unparks > 0 and failed == 0,
+                  f"parking: {parks:.0f} parks, {unparks:.0f} unparks, {failed:.0f} failed")
+            say(f"parking: {parks:.0f} parks, {unparks:.0f} unparks")
             self.stop_gateway()
 
         def spill_config(work):

@@ -76,6 +76,7 @@ void expect_same_settings(const GatewayConfig& a, const GatewayConfig& b) {
   EXPECT_EQ(a.pipe_bytes, b.pipe_bytes);
   EXPECT_EQ(a.pipe_bytes_max, b.pipe_bytes_max);
   EXPECT_EQ(a.grown_pipes_max, b.grown_pipes_max);
+  EXPECT_EQ(a.park_sessions_above, b.park_sessions_above);
   EXPECT_EQ(a.queues_max, b.queues_max);
   EXPECT_EQ(a.health.probe, b.health.probe);
   EXPECT_EQ(a.health.interval_ms, b.health.interval_ms);
@@ -362,6 +363,7 @@ void add_integer_cases(std::vector<BadValue>* out) {
       {"[limits]\n", "pipe_bytes", "limits.pipe_bytes", 4096, 1'048'576},
       {"[limits]\n", "pipe_bytes_max", "limits.pipe_bytes_max", 4096, 1'048'576},
       {"[limits]\n", "grown_pipes_max", "limits.grown_pipes_max", 0, 65'536},
+      {"[limits]\n", "park_sessions_above", "limits.park_sessions_above", 0, 1'000'000},
       {"[health]\n", "interval_ms", "health.interval_ms", 100, 3'600'000},
       {"[health]\n", "timeout_ms", "health.timeout_ms", 10, 3'600'000},
       {"[health]\n", "rise", "health.rise", 1, 100},

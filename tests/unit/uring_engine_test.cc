@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -473,11 +474,19 @@ const std::string kOwnerConnected =
     frame("CONNECTED", {{"version", "1.2"}, {"server", "owner/1"}, {"heart-beat", "0,0"}});
 const std::string kReceipt = frame("RECEIPT", {{"receipt-id", "r1"}});
 
-// Every case runs in both splice modes: splice(2) on the worker thread and IORING_OP_SPLICE.
-class UringEngineTest : public ::testing::TestWithParam<EngineOptions::SpliceMode> {
+// Every case runs in both splice modes (splice(2) on the worker thread and IORING_OP_SPLICE),
+// and in the first with every idle spliced session parked (EngineOptions::park_sessions_above 0),
+// so that each spliced case also runs through parking and unparking.
+struct Mode {
+  EngineOptions::SpliceMode splice;
+  bool park;
+};
+
+class UringEngineTest : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override {
-    options_.splice = GetParam();
+    options_.splice = GetParam().splice;
+    options_.park_sessions_above = GetParam().park ? 0 : EngineOptions::kParkNever;
     options_.listen_host = "127.0.0.1";
     options_.listen_port = 0;
     options_.workers = 1;
@@ -614,6 +623,10 @@ class UringEngineTest : public ::testing::TestWithParam<EngineOptions::SpliceMod
     std::optional<std::string> receipt = c->read_frame();
     ASSERT_TRUE(receipt) << "client got: " << c->buffer();
     ASSERT_EQ(*receipt, kReceipt);
+    if (GetParam().park) {
+      // Idle now: parked, so that what the case does next goes through unparking.
+      ASSERT_TRUE(wait_until(kWait, [&] { return counters().parked.load() == 1; }));
+    }
   }
 
   session::SessionConfig config_;
@@ -772,7 +785,7 @@ TEST_P(UringEngineTest, AStreamThatFillsItsPipeGetsItGrownAndTheGrownPipeIsKept)
   ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
   const std::string data = random_bytes(8u << 20, 11);
   ASSERT_TRUE(stream_to_owner(c, o, data)) << "client -> owner bytes differ";
-  if (GetParam() == EngineOptions::SpliceMode::kInline) {
+  if (GetParam().splice == EngineOptions::SpliceMode::kInline) {
     // Only the client's direction streamed: one pipe grew.
     EXPECT_EQ(counters().pipes_grown.load(), 1u);
     EXPECT_EQ(counters().grown_pipes.load(), 1u);
@@ -792,7 +805,7 @@ TEST_P(UringEngineTest, AStreamThatFillsItsPipeGetsItGrownAndTheGrownPipeIsKept)
   ASSERT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
   // Empty, the grown pipe waits in its pool for the next stream.
   EXPECT_EQ(counters().grown_pipes.load(),
-            GetParam() == EngineOptions::SpliceMode::kInline ? 1u : 0u);
+            GetParam().splice == EngineOptions::SpliceMode::kInline ? 1u : 0u);
 }
 
 TEST_P(UringEngineTest, GrownPipesStayWithinTheirLimitAndTheOtherStreamsStillFlow) {
@@ -823,7 +836,7 @@ TEST_P(UringEngineTest, GrownPipesStayWithinTheirLimitAndTheOtherStreamsStillFlo
   EXPECT_TRUE(ok2.load()) << "second session: client -> owner bytes differ";
   EXPECT_LE(most.load(), 1u);
   EXPECT_LE(counters().grown_pipes.load(), 1u);
-  if (GetParam() == EngineOptions::SpliceMode::kInline) {
+  if (GetParam().splice == EngineOptions::SpliceMode::kInline) {
     EXPECT_GE(counters().pipes_grown.load(), 1u);
   } else {
     EXPECT_EQ(counters().pipes_grown.load(), 0u);
@@ -960,6 +973,104 @@ TEST_P(UringEngineTest, ClientResetReachesTheOwnerAsReset) {
   Conn::End end = o.wait_end();
   EXPECT_EQ(end, Conn::End::kReset) << "the owner read an orderly EOF (FIN) for a client reset";
   EXPECT_EQ(counters().resets.load(), 1u);
+}
+
+// --- Parking ----------------------------------------------------------------------------------
+
+// Sockets this process holds a descriptor for (the test's own ends and listeners, and the
+// gateway's sockets that are not parked).
+size_t socket_descriptors() {
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code ec2;
+    const std::filesystem::path target = std::filesystem::read_symlink(e.path(), ec2);
+    if (!ec2 && target.native().rfind("socket:", 0) == 0) ++n;
+  }
+  return n;
+}
+
+TEST_P(UringEngineTest, IdleSplicedSessionsParkTheirDescriptorsAndGetThemBackForBytes) {
+  constexpr int kSessions = 6;
+  options_.park_sessions_above = 0;  // every mode asks; only the inline one can park
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  const bool parks = GetParam().splice == EngineOptions::SpliceMode::kInline;
+  const size_t before = socket_descriptors();
+  std::vector<Conn> cs(kSessions);
+  std::vector<Conn> os(kSessions);
+  for (int i = 0; i < kSessions; ++i) {
+    ASSERT_NO_FATAL_FAILURE(connect_client(&cs[i]));
+    ASSERT_TRUE(cs[i].send_all(kSend));
+    std::optional<Conn> accepted = owner_.accept();
+    ASSERT_TRUE(accepted);
+    os[i] = std::move(*accepted);
+    ASSERT_TRUE(os[i].read_exact(kReplayedConnect.size() + kSend.size()));
+    ASSERT_TRUE(os[i].send_all(kOwnerConnected));
+  }
+  ASSERT_TRUE(wait_until(kWait, [&] { return counters().splicing.load() == kSessions; }));
+  if (!parks) {
+    // IORING_OP_SPLICE keeps the descriptors in its splices: nothing parks, and it says why.
+    EXPECT_EQ(counters().parks.load(), 0u);
+    std::lock_guard<std::mutex> l(log_mu_);
+    EXPECT_TRUE(std::any_of(log_.begin(), log_.end(), [](const std::string& line) {
+      return line.rfind("parking_unavailable", 0) == 0;
+    }));
+    return;
+  }
+  ASSERT_TRUE(wait_until(kWait, [&] { return counters().parked.load() == kSessions; }))
+      << "parked " << counters().parked.load();
+  // The test holds both ends of each session (client and owner); the gateway holds none.
+  EXPECT_EQ(socket_descriptors(), before + 2 * kSessions);
+  // Bytes both ways through every parked session, then each parks again once idle.
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < kSessions; ++i) {
+      const std::string up =
+          random_bytes(size_t(1000 + 7919 * i + round), uint64_t(i + 10 * round));
+      ASSERT_TRUE(cs[i].send_all(up));
+      std::optional<std::string> got = os[i].read_exact(up.size());
+      ASSERT_TRUE(got) << "session " << i;
+      EXPECT_EQ(*got, up);
+      const std::string down =
+          frame("MESSAGE", {{"destination", "/queue/q1"}, {"message-id", std::to_string(i)}});
+      ASSERT_TRUE(os[i].send_all(down));
+      std::optional<std::string> back = cs[i].read_frame();
+      ASSERT_TRUE(back) << "session " << i;
+      EXPECT_EQ(*back, down);
+    }
+    ASSERT_TRUE(wait_until(kWait, [&] { return counters().parked.load() == kSessions; }));
+  }
+  EXPECT_GE(counters().unparks.load(), uint64_t(2 * kSessions));
+  EXPECT_GE(counters().parks.load(), uint64_t(3 * kSessions));
+  EXPECT_EQ(counters().unpark_failed.load(), 0u);
+  EXPECT_EQ(socket_descriptors(), before + 2 * kSessions);
+  // A half-close from a parked client reaches the owner, which can still answer.
+  ASSERT_EQ(::shutdown(cs[0].fd(), SHUT_WR), 0);
+  EXPECT_EQ(os[0].wait_end(kWait), Conn::End::kEof);
+  ASSERT_TRUE(os[0].send_all(kReceipt));
+  std::optional<std::string> last = cs[0].read_frame();
+  ASSERT_TRUE(last);
+  EXPECT_EQ(*last, kReceipt);
+  // A reset from a parked owner reaches its client as a reset.
+  close_with_reset(os[1]);
+  EXPECT_EQ(cs[1].wait_end(kWait), Conn::End::kReset);
+  // The others end with their clients; every slot and descriptor is given back.
+  for (int i = 0; i < kSessions; ++i)
+    cs[i].close();
+  for (int i = 2; i < kSessions; ++i)
+    EXPECT_EQ(os[i].wait_end(kWait), Conn::End::kEof) << "session " << i;
+  for (int i = 0; i < kSessions; ++i)
+    os[i].close();  // a half-closed session ends with the owner's side
+  const bool ended = wait_until(kWait, [&] { return active() == 0; });
+  if (!ended) {
+    size_t total = 0;
+    std::vector<uint32_t> unanswered;
+    for (const SessionView& v : engine_->sessions(10, &total, &unanswered))
+      ADD_FAILURE() << "left: " << v.client << " " << v.state << " in " << v.bytes_in << " out "
+                    << v.bytes_out;
+  }
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(counters().parked.load(), 0u);
 }
 
 // --- The owner's first frame ------------------------------------------------------------------
@@ -1545,11 +1656,13 @@ TEST_P(UringEngineTest, SpillAppendBusyIsRetried) {
 
 }  // namespace
 INSTANTIATE_TEST_SUITE_P(SpliceModes, UringEngineTest,
-                         ::testing::Values(EngineOptions::SpliceMode::kInline,
-                                           EngineOptions::SpliceMode::kRing),
-                         [](const ::testing::TestParamInfo<EngineOptions::SpliceMode>& i) {
-                           return i.param == EngineOptions::SpliceMode::kInline ? "inline"
-                                                                                : "io_uring";
+                         ::testing::Values(Mode{EngineOptions::SpliceMode::kInline, false},
+                                           Mode{EngineOptions::SpliceMode::kRing, false},
+                                           Mode{EngineOptions::SpliceMode::kInline, true}),
+                         [](const ::testing::TestParamInfo<Mode>& i) {
+                           if (i.param.park) return "inline_parked";
+                           return i.param.splice == EngineOptions::SpliceMode::kInline ? "inline"
+                                                                                       : "io_uring";
                          });
 
 }  // namespace sluice::uring
