@@ -96,8 +96,14 @@ void Worker::maybe_park(uint32_t slot) {
     }
     return;
   }
-  // The polls must hold their sockets before the descriptors go.
+  // The polls must hold their sockets before the descriptors go: if they could not all be
+  // submitted (the completion queue overflowing), the session stays as it is.
   io_uring_submit(&ring_);
+  if (io_uring_sq_ready(&ring_) != 0) {
+    int none[2] = {-1, -1};
+    io_uring_register_files_update(&ring_, 2 * p, none, 2);
+    return;
+  }
   free_parks_.pop_back();
   close(s.cfd);
   close(s.ofd);
