@@ -144,7 +144,10 @@ void Worker::on_install(uint32_t slot, int side, int res) {
   } else if (!s.unpark_failed) {
     s.unpark_failed = true;
     add(counters_.unpark_failed, 1);
-    log_(LogLevel::kWarn, "unpark_failed", {{{"error", std::strerror(-res)}}});
+    if (park_errors_++ % 1000 == 0) {  // logged once per 1000 failures, as park_failed
+      log_(LogLevel::kWarn, "unpark_failed",
+           {{{"error", std::strerror(-res)}, {"failures", std::to_string(park_errors_)}}});
+    }
   }
   if (s.unparking > 0) return;
   if (s.state == State::kClosing) {
