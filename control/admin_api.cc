@@ -251,7 +251,8 @@ AdminResponse AdminApi::status(const AdminRequest& r) {
     const SessionTotals t = sessions_->totals();
     answer["sessions"] =
         json{{"active", t.active}, {"prelude", t.prelude},   {"spliced", t.spliced},
-             {"spill", t.spill},   {"accepted", t.accepted}, {"refused", t.refused}};
+             {"spill", t.spill},   {"accepted", t.accepted}, {"refused", t.refused},
+             {"parked", t.parked}};
     if (std::optional<DataplaneStatus> d = sessions_->dataplane()) {
       json ports = json::array();
       for (const DataplaneStatus::Port& p : d->ports) {

@@ -30,6 +30,7 @@ struct SessionTotals {
   uint64_t spill = 0;
   uint64_t accepted = 0;  // since start
   uint64_t refused = 0;   // over a limit at accept
+  uint64_t parked = 0;    // spliced sessions parked now (counted in spliced too)
 };
 
 // The DPDK engine's ports and lcores (`sluicectl status`); absent with the io_uring engine.

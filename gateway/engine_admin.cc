@@ -43,6 +43,7 @@ control::SessionTotals EngineAdmin::totals() {
     t.active += get(c.active);
     t.prelude += get(c.prelude);
     t.spliced += get(c.splicing);
+    t.parked += get(c.parked);
     t.spill += get(c.spilling);
     t.accepted += get(c.accepted);
     t.refused += get(c.refused_sessions_max) + get(c.refused_per_source) +

@@ -71,6 +71,34 @@ class Run:
         self.gw = Sluiced(self.sluiced, self.sluicectl, work, text, port).start()
         return self.gw
 
+    def check_parked_session(self):
+        """An idle spliced session shows as parked in `sluicectl status`, and still works."""
+        q = self.queue_name("parked")
+        before = self.gw.status()["sessions"]["parked"]  # sessions of earlier cases still open
+        r = raw_connected(self.gw.port, self.login, self.passcode)
+        try:
+            r.send(frame("SUBSCRIBE", [("destination", "/queue/" + q), ("id", "s1"),
+                                       ("receipt", "r-sub")]))
+            f = r.read_frame()
+            check(f is not None and f.command == "RECEIPT", f"expected RECEIPT, got {f}")
+            wait_until("the idle session parked", 10,
+                       lambda: self.gw.status()["sessions"]["parked"] == before + 1)
+            r.send(frame("SEND", [("destination", "/queue/" + q), ("receipt", "r-send")],
+                         b"after parking"))
+            got = []
+            deadline = time.monotonic() + 10
+            while len(got) < 2 and time.monotonic() < deadline:
+                f = r.read_frame(timeout_s=max(0.1, deadline - time.monotonic()))
+                check(f is not None, f"closed early after {got}")
+                got.append(f)
+            commands = sorted(f.command for f in got)
+            check(commands == ["MESSAGE", "RECEIPT"], f"after unparking: {got}")
+            body = next(f.body for f in got if f.command == "MESSAGE")
+            check(body == b"after parking", f"message body {body!r}")
+        finally:
+            r.close()
+        say("ok: an idle spliced session parked (sluicectl status) and unparked for a SEND")
+
     def metric_sum(self, name):
         """The sum of a metric's samples over its labels (workers), from `sluicectl metrics`."""
         total = 0.0
@@ -555,6 +583,7 @@ timeout_ms = 400
                 t0 = time.monotonic()
                 case()
                 times[name] = time.monotonic() - t0
+            self.check_parked_session()
             parks, unparks, failed = (self.metric_sum(f"sluice_splice_{m}")
                                       for m in ("parks_total", "unparks_total",
                                                 "unpark_failed_total"))

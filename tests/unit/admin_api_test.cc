@@ -350,7 +350,7 @@ class FakeSessions : public SessionsAdmin {
     if (all.size() > limit) all.resize(limit);
     return all;
   }
-  SessionTotals totals() override { return SessionTotals{3, 1, 1, 1, 40, 2}; }
+  SessionTotals totals() override { return SessionTotals{3, 1, 1, 1, 40, 2, 1}; }
   std::string metrics_text() override { return "# TYPE sluice_sessions_active gauge\n"; }
 
   std::vector<size_t> limits_;
@@ -434,7 +434,8 @@ TEST_F(AdminApiTest, SessionTotalsInStatusAndEngineFamiliesInMetrics) {
                      {"spliced", 1},
                      {"spill", 1},
                      {"accepted", 40},
-                     {"refused", 2}}));
+                     {"refused", 2},
+                     {"parked", 1}}));
   const std::string m = call("GET", "/metrics").body;
   EXPECT_NE(m.find("# TYPE sluice_sessions_active gauge\n"), std::string::npos);
   EXPECT_NE(m.find("sluice_ownership_entries"), std::string::npos);  // control's own stay

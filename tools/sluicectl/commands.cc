@@ -199,8 +199,9 @@ int status(const Options& o) {
       return std::to_string(count(session_totals, key));
     };
     lines.emplace_back("sessions", n("active") + " active (" + n("prelude") + " prelude, " +
-                                       n("spliced") + " spliced, " + n("spill") + " spill), " +
-                                       n("accepted") + " accepted, " + n("refused") + " refused");
+                                       n("spliced") + " spliced of which " + n("parked") +
+                                       " parked, " + n("spill") + " spill), " + n("accepted") +
+                                       " accepted, " + n("refused") + " refused");
   }
   // The DPDK engine: one line per port and per lcore.
   if (dataplane.is_object()) {
