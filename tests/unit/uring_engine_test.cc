@@ -6,11 +6,13 @@
 #include "dataplane/uring/engine.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1071,6 +1073,61 @@ TEST_P(UringEngineTest, IdleSplicedSessionsParkTheirDescriptorsAndGetThemBackFor
   }
   ASSERT_TRUE(ended);
   EXPECT_EQ(counters().parked.load(), 0u);
+}
+
+// The lowest descriptor number this process does not use: with the soft open-file limit set
+// to it, no new descriptor can be had.
+int lowest_free_descriptor() {
+  int fd = 0;
+  while (::fcntl(fd, F_GETFD) != -1)
+    ++fd;
+  return fd;
+}
+
+TEST_P(UringEngineTest, AParkedSessionWhoseDescriptorsCannotComeBackIsClosedAndCounted) {
+  options_.park_sessions_above = 0;
+  Conn c;
+  Conn o;
+  ASSERT_NO_FATAL_FAILURE(start_and_splice(&c, &o));
+  const bool parks = GetParam().splice == EngineOptions::SpliceMode::kInline;
+  if (parks) {
+    ASSERT_TRUE(wait_until(kWait, [&] { return counters().parked.load() == 1; }));
+  }
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit none = saved;
+  none.rlim_cur = rlim_t(lowest_free_descriptor());
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &none), 0);
+  const bool sent = c.send_all(kSend);
+  Conn::End owner_end = Conn::End::kOpen;
+  std::optional<std::string> relayed;
+  if (parks) {
+    owner_end = o.wait_end(kWait);
+  } else {
+    relayed = o.read_exact(kSend.size());
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_TRUE(sent);
+  if (!parks) {
+    // IORING_OP_SPLICE keeps its descriptors: the limit changes nothing for the session.
+    ASSERT_TRUE(relayed);
+    EXPECT_EQ(*relayed, kSend);
+    EXPECT_EQ(counters().unpark_failed.load(), 0u);
+    return;
+  }
+  // Parked, the session needs two new descriptors for the bytes: EMFILE, so it is closed (its
+  // sockets go with its fixed-file slots), counted, and nothing of the SEND reaches the owner.
+  EXPECT_TRUE(owner_end == Conn::End::kEof || owner_end == Conn::End::kReset);
+  EXPECT_TRUE(o.buffer().empty()) << o.buffer().size() << " bytes reached the owner";
+  const Conn::End client_end = c.wait_end(kWait);
+  EXPECT_TRUE(client_end == Conn::End::kEof || client_end == Conn::End::kReset);
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
+  EXPECT_EQ(counters().unpark_failed.load(), 1u);
+  EXPECT_EQ(counters().parked.load(), 0u);
+  std::lock_guard<std::mutex> l(log_mu_);
+  EXPECT_TRUE(std::any_of(log_.begin(), log_.end(), [](const std::string& line) {
+    return line.rfind("unpark_failed", 0) == 0;
+  }));
 }
 
 // --- The owner's first frame ------------------------------------------------------------------
