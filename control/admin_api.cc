@@ -539,6 +539,7 @@ AdminResponse AdminApi::sessions(const AdminRequest& r) {
                         {"queue", s.queue},
                         {"owner", s.owner},
                         {"state", s.state},
+                        {"parked", s.parked},
                         {"bytes_in", s.bytes_in},
                         {"bytes_out", s.bytes_out},
                         {"age_ms", s.age_ms}});

@@ -18,6 +18,7 @@ struct SessionInfo {
   std::string queue;       // empty while in prelude; the destination for the default route
   std::string owner;       // node name; empty in prelude and for spill sessions
   std::string state;       // "prelude", "connecting", "replay", "spliced", "spill", "closing"
+  bool parked = false;     // spliced and idle, its descriptors held by the engine's ring
   uint64_t bytes_in = 0;   // client -> gateway/owner
   uint64_t bytes_out = 0;  // owner/gateway -> client
   int64_t age_ms = 0;

@@ -28,6 +28,7 @@ std::vector<control::SessionInfo> EngineAdmin::sessions(size_t limit, size_t* to
     i.queue = std::move(v.queue);
     i.owner = std::move(v.owner);
     i.state = std::move(v.state);
+    i.parked = v.parked;
     i.bytes_in = v.bytes_in;
     i.bytes_out = v.bytes_out;
     i.age_ms = v.age_ms;

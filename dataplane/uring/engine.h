@@ -162,6 +162,7 @@ struct SessionView {
   std::string queue;
   std::string owner;
   std::string state;
+  bool parked = false;  // spliced and idle, its descriptors held by the ring (parking)
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
   int64_t age_ms = 0;

@@ -302,6 +302,11 @@ void Worker::finish_close(uint32_t slot) {
     linger l{1, 0};
     if (s.cfd >= 0) setsockopt(s.cfd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
     if (s.ofd >= 0) setsockopt(s.ofd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  } else if (s.linger_reset) {
+    // Parked once: a graceful close ends with a FIN after what is still queued.
+    linger l{0, 0};
+    if (s.cfd >= 0) setsockopt(s.cfd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    if (s.ofd >= 0) setsockopt(s.ofd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
   }
   if (s.cfd >= 0) close(s.cfd);
   if (s.ofd >= 0) close(s.ofd);
@@ -318,6 +323,7 @@ void Worker::finish_close(uint32_t slot) {
   }
   s.cfd = s.ofd = -1;
   s.unpark_failed = false;
+  s.linger_reset = false;
   s.wake = 0;
   release_prelude(slot);
   release_out(slot);

@@ -109,8 +109,9 @@ struct Session {
   bool end_requested = false;      // spill: request_end() done
   bool counted_prelude = false;
   bool unpark_failed = false;
-  uint8_t unparking = 0;  // descriptor installs in flight
-  uint8_t wake = 0;       // directions that became readable while parked (bit d)
+  bool linger_reset = false;  // SO_LINGER {1, 0} set when first parked: a lost socket resets
+  uint8_t unparking = 0;      // descriptor installs in flight
+  uint8_t wake = 0;           // directions that became readable while parked (bit d)
   int cfd = -1;
   int ofd = -1;
   uint32_t park = kNone;  // parked: the pair of fixed-file slots 2 park (client), 2 park + 1

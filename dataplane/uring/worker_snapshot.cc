@@ -52,6 +52,7 @@ void Worker::fill_snapshot() {
       v.owner = std::string(parts_.router->node_name(s.node));
     }
     v.state = std::string(state_name(s.state));
+    v.parked = s.park != kNone;
     v.bytes_in = s.bytes_in;
     v.bytes_out = s.bytes_out;
     v.age_ms = (t - s.started) / session::kNanosPerMilli;

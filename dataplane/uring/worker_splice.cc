@@ -73,7 +73,7 @@ void Worker::start_splice(uint32_t slot) {
 // so closing the descriptors changes nothing for them; when one completes, unpark() gets both
 // descriptors back before pump() runs. A parked session that is closed gets its descriptors
 // back first too (a reset needs SO_LINGER on them); without them, emptying its slots closes the
-// sockets.
+// sockets, with a reset (SO_LINGER is set on them before they are parked).
 void Worker::maybe_park(uint32_t slot) {
   if (park_above_ == EngineOptions::kParkNever) return;
   Session& s = sessions_[slot];
@@ -81,6 +81,15 @@ void Worker::maybe_park(uint32_t slot) {
   if (!s.dir[0].idle || !s.dir[1].idle) return;
   if (global_sessions_->load(std::memory_order_relaxed) <= park_above_) return;
   if (free_parks_.empty()) return;
+  if (!s.linger_reset) {
+    // A socket whose descriptor cannot come back (unpark_failed) is closed by the ring alone,
+    // and must reset its peer as every failed session does, not end it with a FIN. A graceful
+    // close turns this off again first (finish_close).
+    linger l{1, 0};
+    setsockopt(s.cfd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    setsockopt(s.ofd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    s.linger_reset = true;
+  }
   const uint32_t p = free_parks_.back();
   int fds[2] = {s.cfd, s.ofd};
   const int r = io_uring_register_files_update(&ring_, 2 * p, fds, 2);

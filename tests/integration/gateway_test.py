@@ -83,6 +83,12 @@ class Run:
             check(f is not None and f.command == "RECEIPT", f"expected RECEIPT, got {f}")
             wait_until("the idle session parked", 10,
                        lambda: self.gw.status()["sessions"]["parked"] == before + 1)
+            rows = [s for s in self.gw.ctl_json("sessions")["sessions"] if s["queue"] == q]
+            check(len(rows) == 1 and rows[0]["state"] == "spliced" and rows[0]["parked"],
+                  f"sluicectl sessions for the parked session: {rows}")
+            table = self.gw.ctl("sessions").stdout
+            check(any(q in line and "spliced/parked" in line for line in table.splitlines()),
+                  f"sluicectl sessions shows no parked row for {q}:\n{table}")
             r.send(frame("SEND", [("destination", "/queue/" + q), ("receipt", "r-send")],
                          b"after parking"))
             got = []
@@ -97,7 +103,8 @@ class Run:
             check(body == b"after parking", f"message body {body!r}")
         finally:
             r.close()
-        say("ok: an idle spliced session parked (sluicectl status) and unparked for a SEND")
+        say("ok: an idle spliced session parked (sluicectl status and sessions) and unparked "
+            "for a SEND")
 
     def metric_sum(self, name):
         """The sum of a metric's samples over its labels (workers), from `sluicectl metrics`."""

@@ -539,6 +539,8 @@ node = "rabbit1"
              "no sessions\nworker 2 did not answer in time: its sessions are not listed or "
              "counted\n"),
             ({"total": 1, "truncated": False, "unanswered_workers": [], "sessions": [row]}, None),
+            ({"total": 1, "truncated": False, "unanswered_workers": [],
+              "sessions": [dict(row, parked=True)]}, None),
         ]
         for answer, note in cases:
             admin = CannedAdmin(answer)
@@ -551,6 +553,13 @@ node = "rabbit1"
                     check(out.endswith(note), f"sessions: expected the note {note!r} last:\n{out}")
                 if answer["sessions"]:
                     check("orders" in out and "rabbit1" in out, f"sessions: no row:\n{out}")
+                    # A parked session's state reads spliced/parked; any other, its state alone.
+                    parked = answer["sessions"][0].get("parked", False)
+                    cells = out.split()
+                    want, other = ("spliced/parked", "spliced") if parked else \
+                        ("spliced", "spliced/parked")
+                    check(want in cells and other not in cells,
+                          f"sessions: state column should read {want}:\n{out}")
                 j = self.ctl_json("sessions", where=where)
                 check(j["unanswered_workers"] == answer["unanswered_workers"],
                       f"sessions --json: {j}")

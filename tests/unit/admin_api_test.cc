@@ -342,9 +342,10 @@ class FakeSessions : public SessionsAdmin {
     limits_.push_back(limit);
     *unanswered = unanswered_;
     std::vector<SessionInfo> all = {
-        SessionInfo{0, 7, "10.0.0.7:51234", "", "", "", "prelude", 120, 0, 15},
-        SessionInfo{0, 9, "10.0.0.8:40000", "/", "orders", "n1", "spliced", 4096, 1 << 20, 62'000},
-        SessionInfo{1, 12, "10.0.0.9:40001", "/", "audit", "", "spill", 300, 80, 1'500},
+        SessionInfo{0, 7, "10.0.0.7:51234", "", "", "", "prelude", false, 120, 0, 15},
+        SessionInfo{0, 9, "10.0.0.8:40000", "/", "orders", "n1", "spliced", true, 4096, 1 << 20,
+                    62'000},
+        SessionInfo{1, 12, "10.0.0.9:40001", "/", "audit", "", "spill", false, 300, 80, 1'500},
     };
     *total = all.size();
     if (all.size() > limit) all.resize(limit);
@@ -383,10 +384,12 @@ TEST_F(AdminApiTest, SessionsListEverySessionField) {
                                     {"queue", "orders"},
                                     {"owner", "n1"},
                                     {"state", "spliced"},
+                                    {"parked", true},
                                     {"bytes_in", 4096},
                                     {"bytes_out", 1 << 20},
                                     {"age_ms", 62'000}}));
   EXPECT_EQ(j["sessions"][0]["state"], "prelude");
+  EXPECT_EQ(j["sessions"][0]["parked"], false);
   EXPECT_EQ(j["sessions"][0]["vhost"], "");
   EXPECT_EQ(j["sessions"][2]["worker"], 1);
   EXPECT_EQ(sessions.limits_, std::vector<size_t>{kSessionsListDefault});

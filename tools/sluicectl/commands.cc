@@ -362,9 +362,11 @@ int sessions(const Options& o, uint32_t limit) {
   }
   Table table({"WORKER", "ID", "CLIENT", "VHOST", "QUEUE", "OWNER", "STATE", "IN", "OUT", "AGE"});
   for (const Json& s : list) {
+    // A parked session is spliced and idle, its descriptors held by the engine's ring.
+    const std::string state = text(s, "state") + (flag(s, "parked") ? "/parked" : "");
     table.add({text(s, "worker"), text(s, "id"), text(s, "client"), text(s, "vhost"),
-               text(s, "queue"), text(s, "owner"), text(s, "state"), text(s, "bytes_in"),
-               text(s, "bytes_out"), age_text(s, "age_ms")});
+               text(s, "queue"), text(s, "owner"), state, text(s, "bytes_in"), text(s, "bytes_out"),
+               age_text(s, "age_ms")});
   }
   out(table.render());
   if (flag(j, "truncated") || total > list.size()) {
