@@ -5,7 +5,7 @@
 // Usage: spill_bench [--full] [--dir=PATH] [--seconds=N] [--threads=N] [--window=N]
 // (--benchmark_* flags are accepted and ignored: CI's smoke run passes --benchmark_min_time).
 // --threads and --window change the producers' shape for experiments (defaults 4 and 4); the
-// spill scenario's reference and the README's figures use the defaults.
+// spill scenario's reference and the figures in bench/RESULTS.md use the defaults.
 #include <fcntl.h>
 #include <liburing.h>
 #include <poll.h>

@@ -2,8 +2,8 @@
 // each queue's backlog) and for recovery's read windows. A block of 2 MiB or more is its own
 // mapping with transparent huge pages asked for (MADV_HUGEPAGE), so filling it costs one page
 // fault per 2 MiB rather than one per 4 KiB: with a million recovered messages those faults
-// were a third of recovery's time (README "Spill log" > recovery). Smaller blocks come from
-// operator new as usual. Nothing else changes: where the kernel has no huge page to give, the
+// were a third of recovery's time (bench/RESULTS.md "Spill log", recovery). Smaller blocks come
+// from operator new as usual. Nothing else changes: where the kernel has no huge page to give, the
 // mapping is made of small pages.
 #pragma once
 
