@@ -43,9 +43,9 @@ constexpr size_t kServerBytesMax = 255;
 constexpr size_t kVhostBytesMax = 255;
 // AMQP 0-9-1 short string: RabbitMQ refuses longer queue names.
 constexpr size_t kQueueNameBytesMax = 255;
-constexpr int64_t kSessionsMax = 1'000'000;
+constexpr int64_t kSessionsMax = kLimitSessionsMax;
 constexpr int64_t kSessionTimeoutMsMax = 86'400'000;  // one day
-constexpr int64_t kConnectTimeoutMsMax = 600'000;
+constexpr int64_t kConnectTimeoutMsMax = kLimitConnectTimeoutMsMax;
 constexpr int64_t kIntervalMsMin = 100;
 constexpr int64_t kIntervalMsMax = 3'600'000;
 constexpr int64_t kTimeoutMsMin = 10;

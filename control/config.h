@@ -118,6 +118,10 @@ struct DpdkConfig {
 
 enum class EngineKind : uint8_t { kUring, kDpdk };
 
+// Ranges of the limits the config file and the run-time settings share.
+inline constexpr uint32_t kLimitSessionsMax = 1'000'000;        // limits.*sessions*_max
+inline constexpr uint32_t kLimitConnectTimeoutMsMax = 600'000;  // limits.connect_timeout_ms
+
 struct GatewayConfig {
   // [gateway]
   std::string id = "sluice";  // in sluice-message-id; [A-Za-z0-9._-]{1,64}

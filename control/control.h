@@ -135,6 +135,20 @@ class Control {
   void set_backlog(std::string_view vhost, std::string_view queue, bool has_backlog);
   size_t queues_with_backlog() const { return backlog_.size(); }
 
+  // The session limits the engine applies while sessions run (limits.sessions_max,
+  // limits.sessions_per_source_max, limits.prelude_sessions_max, limits.connect_timeout_ms):
+  // set_setting and reload hand them to the hook, which applies them or says why it cannot
+  // (the engine sized its memory for the values at start). Without a hook (no engine) they are
+  // only recorded.
+  struct SessionLimits {
+    uint32_t sessions_max = 0;
+    uint32_t sessions_per_source_max = 0;
+    uint32_t prelude_sessions_max = 0;
+    uint32_t connect_timeout_ms = 0;
+  };
+  using LimitsHook = std::function<std::optional<std::string>(const SessionLimits&)>;
+  void set_limits_hook(LimitsHook hook) { limits_hook_ = std::move(hook); }
+
   // Run-time settings ("log_level", "health.interval_ms", ...): names in settings() order.
   std::vector<std::pair<std::string, std::string>> settings() const;
   std::optional<std::string> setting(std::string_view key) const;
@@ -220,6 +234,10 @@ class Control {
   boost::asio::io_context& io_;
   GatewayConfig config_;
   Secrets secrets_;
+  LimitsHook limits_hook_;
+  // Applies one limit (key, value) through limits_hook_ and records it in config_: empty when
+  // done, otherwise why not (nothing changed).
+  std::optional<std::string> apply_limit(std::string_view key, uint32_t value);
   // Every Placement sent to workers stays alive (they may still use an older one).
   std::vector<std::unique_ptr<Placement>> placements_;
   OwnershipTable table_;

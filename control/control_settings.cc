@@ -1,5 +1,6 @@
 // Control's run-time settings (admin API get/set) and the config reload (SIGHUP).
 #include <charconv>
+#include <type_traits>
 
 #include "control/control.h"
 #include "control/control_internal.h"
@@ -9,9 +10,39 @@ namespace sluice::control {
 namespace {
 
 constexpr std::string_view kSettingKeys[] = {
-    "log_level",          "placement.policy",          "health.probe",
-    "health.interval_ms", "health.timeout_ms",         "health.rise",
-    "health.fall",        "feed.rabbitmq.interval_ms", "feed.rabbitmq.timeout_ms",
+    "log_level",
+    "placement.policy",
+    "health.probe",
+    "health.interval_ms",
+    "health.timeout_ms",
+    "health.rise",
+    "health.fall",
+    "feed.rabbitmq.interval_ms",
+    "feed.rabbitmq.timeout_ms",
+    "limits.sessions_max",
+    "limits.sessions_per_source_max",
+    "limits.prelude_sessions_max",
+    "limits.connect_timeout_ms",
+};
+
+// The live limits' fields, by key, in a GatewayConfig or a Control::SessionLimits (nullptr:
+// not one of them).
+template <typename Config>
+auto* limit_field(Config& c, std::string_view key) {
+  using Field = std::conditional_t<std::is_const_v<Config>, const uint32_t, uint32_t>;
+  Field* f = nullptr;
+  if (key == "limits.sessions_max") f = &c.sessions_max;
+  if (key == "limits.sessions_per_source_max") f = &c.sessions_per_source_max;
+  if (key == "limits.prelude_sessions_max") f = &c.prelude_sessions_max;
+  if (key == "limits.connect_timeout_ms") f = &c.connect_timeout_ms;
+  return f;
+}
+
+constexpr std::string_view kLimitKeys[] = {
+    "limits.sessions_max",
+    "limits.sessions_per_source_max",
+    "limits.prelude_sessions_max",
+    "limits.connect_timeout_ms",
 };
 
 std::optional<uint32_t> parse_u32(std::string_view s) {
@@ -49,6 +80,18 @@ std::optional<std::string> Control::setting(std::string_view key) const {
   if (key == "health.fall") return std::to_string(h.fall);
   if (key == "feed.rabbitmq.interval_ms") return std::to_string(config_.rabbitmq_feed.interval_ms);
   if (key == "feed.rabbitmq.timeout_ms") return std::to_string(config_.rabbitmq_feed.timeout_ms);
+  if (const uint32_t* f = limit_field(config_, key)) return std::to_string(*f);
+  return std::nullopt;
+}
+
+std::optional<std::string> Control::apply_limit(std::string_view key, uint32_t value) {
+  SessionLimits l{config_.sessions_max, config_.sessions_per_source_max,
+                  config_.prelude_sessions_max, config_.connect_timeout_ms};
+  *limit_field(l, key) = value;
+  if (limits_hook_) {
+    if (std::optional<std::string> why = limits_hook_(l)) return why;
+  }
+  *limit_field(config_, key) = value;
   return std::nullopt;
 }
 
@@ -91,6 +134,15 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
     config_.health = h;
     for (auto& n : nodes_)
       n->tracker.set_params(h.rise, h.fall);
+  } else if (key.starts_with("limits.")) {
+    std::optional<uint32_t> v = parse_u32(value);
+    const uint32_t max =
+        key == "limits.connect_timeout_ms" ? kLimitConnectTimeoutMsMax : kLimitSessionsMax;
+    if (!v || *v == 0 || *v > max) {
+      return bad("must be a whole number from 1 to " + std::to_string(max) + ", not \"" +
+                 std::string(value) + "\"");
+    }
+    if (std::optional<std::string> why = apply_limit(key, *v)) return OpError{400, *why};
   } else {  // feed.rabbitmq.*
     std::optional<uint32_t> v = parse_u32(value);
     if (!v) return bad("must be a whole number, not \"" + std::string(value) + "\"");
@@ -192,13 +244,15 @@ std::optional<std::string> Control::reload(GatewayConfig next, Secrets secrets,
                                   next.admin_tcp->port != config_.admin_tcp->port)),
           "admin.tcp");
   differs(!(next.session == config_.session), "stomp and limits (session settings)");
-  differs(next.sessions_max != config_.sessions_max ||
-              next.sessions_per_source_max != config_.sessions_per_source_max ||
-              next.prelude_sessions_max != config_.prelude_sessions_max ||
-              next.connect_timeout_ms != config_.connect_timeout_ms,
-          "limits (session counts, connect_timeout_ms)");
   differs(next.queues_max != config_.queues_max, "limits.queues_max");
 
+  // The live limits, one by one: one that cannot apply now (above what the engine sized its
+  // memory for) waits for a restart, the others apply.
+  for (std::string_view k : kLimitKeys) {
+    const uint32_t v = *limit_field(next, k);
+    if (v == *limit_field(config_, k)) continue;
+    if (std::optional<std::string> why = apply_limit(k, v)) restart.push_back(std::move(*why));
+  }
   apply_nodes(next);
   const std::vector<PinSpec> old_pins = config_.pins;
   config_.pins = next.pins;

@@ -199,6 +199,21 @@ int run(const std::string& path) {
   }
 #endif
 
+  // limits.* set at run time or by a reload reach the io_uring engine's workers (in DPDK mode,
+  // the spill listener's; the lcore's flow limits are dpdk.*, fixed at start).
+  const uint32_t connect_timeout_at_start = config.connect_timeout_ms;
+  const bool dpdk_mode = config.engine == EngineKind::kDpdk;
+  control.set_limits_hook([&engine, connect_timeout_at_start, dpdk_mode](
+                              const Control::SessionLimits& l) -> std::optional<std::string> {
+    if (dpdk_mode && l.connect_timeout_ms != connect_timeout_at_start) {
+      return "limits.connect_timeout_ms: the DPDK engine's lcore keeps the value it started "
+             "with (" +
+             std::to_string(connect_timeout_at_start) + "); restart to change it";
+    }
+    return engine->set_limits(
+        {l.sessions_max, l.sessions_per_source_max, l.prelude_sessions_max, l.connect_timeout_ms});
+  });
+
   auto reload = [&]() -> std::optional<std::string> {
     sd_notify(0, "RELOADING=1");
     auto next = load(path);

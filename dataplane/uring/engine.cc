@@ -40,10 +40,14 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& options,
   }
   std::unique_ptr<Engine> engine(new Engine());
   engine->sessions_ = std::make_shared<std::atomic<uint32_t>>(0);
+  engine->at_start_ = LiveLimits{options.sessions_max, options.sessions_per_source_max,
+                                 options.prelude_sessions_max, options.connect_timeout_ms};
+  engine->live_ = std::make_shared<detail::LiveLimitCells>();
+  (void)engine->set_limits(engine->at_start_);
   uint16_t port = options.listen_port;
   for (uint32_t i = 0; i < options.workers; ++i) {
-    auto w =
-        std::make_unique<detail::Worker>(i, options, session, parts[i], log, engine->sessions_);
+    auto w = std::make_unique<detail::Worker>(i, options, session, parts[i], log, engine->sessions_,
+                                              engine->live_);
     uint16_t bound = 0;
     if (auto e = w->open(port, &bound)) {
       *error = *e;
@@ -54,6 +58,37 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& options,
   }
   engine->port_ = port;
   return engine;
+}
+
+std::optional<std::string> Engine::set_limits(const LiveLimits& l) {
+  auto above = [](const char* key, uint32_t v, uint32_t start) {
+    return std::string(key) + ": " + std::to_string(v) + " is above " + std::to_string(start) +
+           ", the value sluiced started with (the workers' memory is sized at start); restart "
+           "to raise it";
+  };
+  if (l.sessions_max == 0) return "limits.sessions_max: must be at least 1";
+  if (l.sessions_per_source_max == 0) return "limits.sessions_per_source_max: must be at least 1";
+  if (l.prelude_sessions_max == 0) return "limits.prelude_sessions_max: must be at least 1";
+  if (l.connect_timeout_ms == 0) return "limits.connect_timeout_ms: must be at least 1";
+  if (l.sessions_max > at_start_.sessions_max) {
+    return above("limits.sessions_max", l.sessions_max, at_start_.sessions_max);
+  }
+  if (l.prelude_sessions_max > at_start_.prelude_sessions_max) {
+    return above("limits.prelude_sessions_max", l.prelude_sessions_max,
+                 at_start_.prelude_sessions_max);
+  }
+  live_->sessions_max.store(l.sessions_max, std::memory_order_relaxed);
+  live_->sessions_per_source_max.store(l.sessions_per_source_max, std::memory_order_relaxed);
+  live_->prelude_sessions_max.store(l.prelude_sessions_max, std::memory_order_relaxed);
+  live_->connect_timeout_ms.store(l.connect_timeout_ms, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+LiveLimits Engine::limits() const {
+  return LiveLimits{live_->sessions_max.load(std::memory_order_relaxed),
+                    live_->sessions_per_source_max.load(std::memory_order_relaxed),
+                    live_->prelude_sessions_max.load(std::memory_order_relaxed),
+                    live_->connect_timeout_ms.load(std::memory_order_relaxed)};
 }
 
 Engine::~Engine() {

@@ -91,6 +91,28 @@ struct EngineOptions {
   std::string validate() const;
 };
 
+// The limits an operator can change while the engine runs (`sluicectl set limits.*`, or a
+// reload). sessions_max and prelude_sessions_max also size each worker's memory at start, so
+// they can be lowered, and raised again, up to their values at start, not beyond.
+struct LiveLimits {
+  uint32_t sessions_max = 0;
+  uint32_t sessions_per_source_max = 0;
+  uint32_t prelude_sessions_max = 0;
+  uint32_t connect_timeout_ms = 0;
+  bool operator==(const LiveLimits&) const = default;
+};
+
+namespace detail {
+// The live limits as the workers read them: one relaxed load at each use, so a change applies
+// from the next session (accept, connect) on; sessions already open keep what they have.
+struct LiveLimitCells {
+  std::atomic<uint32_t> sessions_max{0};
+  std::atomic<uint32_t> sessions_per_source_max{0};
+  std::atomic<uint32_t> prelude_sessions_max{0};
+  std::atomic<uint32_t> connect_timeout_ms{0};
+};
+}  // namespace detail
+
 // Where a session goes (DESIGN section 3, RESOLVE).
 struct RouteDecision {
   enum class Kind : uint8_t {
@@ -236,11 +258,17 @@ class Engine {
   static constexpr std::chrono::milliseconds kSessionsWait{1000};
   std::vector<SessionView> sessions(size_t limit, size_t* total, std::vector<uint32_t>* unanswered,
                                     std::chrono::milliseconds wait = kSessionsWait);
+  // Applies new limits (any thread): empty when done, otherwise why not, and nothing changed.
+  // Sessions over a lowered limit are not closed; new ones are refused until below it.
+  std::optional<std::string> set_limits(const LiveLimits& limits);
+  LiveLimits limits() const;
 
  private:
   Engine() = default;
   std::vector<std::unique_ptr<detail::Worker>> workers_;
   std::shared_ptr<std::atomic<uint32_t>> sessions_;  // across workers
+  std::shared_ptr<detail::LiveLimitCells> live_;
+  LiveLimits at_start_;  // sessions_max and prelude_sessions_max bound the live values
   uint16_t port_ = 0;
   bool started_ = false;
 };

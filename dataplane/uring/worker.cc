@@ -154,7 +154,7 @@ void Worker::on_accept(int fd) {
     close(fd);
     return;
   }
-  const uint32_t limit = options_.sessions_max;
+  const uint32_t limit = live_->sessions_max.load(std::memory_order_relaxed);
   if (global_sessions_->fetch_add(1, std::memory_order_relaxed) >= limit) {
     global_sessions_->fetch_sub(1, std::memory_order_relaxed);
     refuse_at_accept(fd, counters_.refused_sessions_max, "too many sessions");
@@ -164,12 +164,16 @@ void Worker::on_accept(int fd) {
   socklen_t len = sizeof peer;
   getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len);
   auto unglobal = [&] { global_sessions_->fetch_sub(1, std::memory_order_relaxed); };
-  if (preludes_.used() >= prelude_max_ || free_sessions_.empty()) {
+  const uint32_t prelude_max =
+      std::min(prelude_max_, share_of(live_->prelude_sessions_max.load(std::memory_order_relaxed)));
+  if (preludes_.used() >= prelude_max || free_sessions_.empty()) {
     unglobal();
     refuse_at_accept(fd, counters_.refused_prelude_max, "too many sessions in prelude");
     return;
   }
-  if (sources_.add(peer.sin_addr.s_addr, per_source_max_) == 0) {
+  const uint32_t per_source =
+      share_of(live_->sessions_per_source_max.load(std::memory_order_relaxed));
+  if (sources_.add(peer.sin_addr.s_addr, per_source) == 0) {
     unglobal();
     refuse_at_accept(fd, counters_.refused_per_source, "too many sessions from this address");
     return;

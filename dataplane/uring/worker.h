@@ -182,7 +182,8 @@ struct AppendRef {
 class Worker {
  public:
   Worker(uint32_t index, const EngineOptions& options, const session::SessionConfig& config,
-         WorkerParts parts, LogFn log, std::shared_ptr<std::atomic<uint32_t>> global_sessions);
+         WorkerParts parts, LogFn log, std::shared_ptr<std::atomic<uint32_t>> global_sessions,
+         std::shared_ptr<const LiveLimitCells> live);
   ~Worker();
   // Creates the ring, the buffers and the listener (port 0: any; returns the port bound).
   std::optional<std::string> open(uint16_t port, uint16_t* bound);
@@ -281,6 +282,11 @@ class Worker {
   WorkerParts parts_;
   LogFn log_;
   std::shared_ptr<std::atomic<uint32_t>> global_sessions_;
+  std::shared_ptr<const LiveLimitCells> live_;  // the engine's live limits (set_limits)
+  // This worker's share of an engine-wide limit (rounded up).
+  uint32_t share_of(uint32_t total) const {
+    return (total + options_.workers - 1) / options_.workers;
+  }
   WorkerCounters counters_;
 
   io_uring ring_{};
@@ -325,8 +331,7 @@ class Worker {
   SlotPool<> outs_;
   SlotPool<SpillSlot> spills_;
   SourceTable sources_;
-  uint32_t per_source_max_ = 0;
-  uint32_t prelude_max_ = 0;
+  uint32_t prelude_max_ = 0;  // preludes this worker has memory for (the live limit is lower)
   uint32_t spill_max_ = 0;
   uint64_t next_id_ = 0;
 

@@ -157,6 +157,12 @@ void Worker::connect_owner(uint32_t slot, const RouteDecision& d) {
   io_uring_prep_connect(e, s.ofd, reinterpret_cast<const sockaddr*>(ps.iov), sizeof(sockaddr_in));
   e->flags |= IOSQE_IO_LINK;
   io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kConnect));
+  // The kernel copies the timeout when the SQE is submitted, so one timespec serves every
+  // connect (those prepared in one pass of the loop take the value of the last of them, which
+  // differs only in the pass where the limit changed).
+  const uint32_t ms = live_->connect_timeout_ms.load(std::memory_order_relaxed);
+  connect_timeout_.tv_sec = ms / 1000;
+  connect_timeout_.tv_nsec = long(ms % 1000) * 1'000'000;
   io_uring_sqe* t = sqe();
   io_uring_prep_link_timeout(t, &connect_timeout_, 0);
   io_uring_sqe_set_data64(t, tag(slot, s.gen, Op::kConnectTimeout));
@@ -177,7 +183,8 @@ void Worker::on_connect(uint32_t slot, int res) {
     return;
   }
   s.state = State::kReplay;
-  s.owner_deadline = now() + Nanos(options_.connect_timeout_ms) * session::kNanosPerMilli;
+  s.owner_deadline = now() + Nanos(live_->connect_timeout_ms.load(std::memory_order_relaxed)) *
+                                 session::kNanosPerMilli;
   PreludeSlot& ps = preludes_.object(s.prelude_slot);
   session::BindPlan plan = ps.prelude->take_bind_plan();
   ps.iov[0] = iovec{const_cast<char*>(plan.connect.data()), plan.connect.size()};

@@ -25,13 +25,15 @@ uint32_t share(uint32_t total, uint32_t workers) {
 }  // namespace
 
 Worker::Worker(uint32_t index, const EngineOptions& options, const session::SessionConfig& config,
-               WorkerParts parts, LogFn log, std::shared_ptr<std::atomic<uint32_t>> global_sessions)
+               WorkerParts parts, LogFn log, std::shared_ptr<std::atomic<uint32_t>> global_sessions,
+               std::shared_ptr<const LiveLimitCells> live)
     : index_(index),
       options_(options),
       config_(config),
       parts_(parts),
       log_(std::move(log)),
-      global_sessions_(std::move(global_sessions)) {}
+      global_sessions_(std::move(global_sessions)),
+      live_(std::move(live)) {}
 
 Worker::~Worker() {
   if (thread_.joinable()) {
@@ -106,7 +108,6 @@ void Worker::open_parking(uint32_t sessions) {
 std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   const uint32_t workers = options_.workers;
   const uint32_t sessions = options_.sessions_max;  // any worker may hold them all
-  per_source_max_ = share(options_.sessions_per_source_max, workers);
   prelude_max_ = std::min(share(options_.prelude_sessions_max, workers), sessions);
   spill_max_ = std::min(share(options_.spill_sessions_max, workers), sessions);
   grown_max_ =

@@ -359,6 +359,41 @@ class Run:
 
     # -- run ----------------------------------------------------------------------------------
 
+    def case_live_limits(self):
+        """limits.* changed with `sluicectl set` apply to the next sessions; a value above what
+        sluiced sized its memory for at start is refused and changes nothing."""
+        gw = self.gw
+        key = "limits.sessions_per_source_max"
+        before = gw.ctl_json("get", key)["value"]
+        hold = RawStomp(gw.port)  # one session from 127.0.0.1, in prelude
+        try:
+            wait_until("the held session in prelude", 10,
+                       lambda: gw.status()["sessions"]["prelude"] >= 1)
+            out = gw.ctl("set", key, "1").stdout
+            check(out == f"{key} set to 1\n", f"sluicectl set: {out!r}")
+            r = RawStomp(gw.port)
+            try:
+                f, _ = self.expect_error_then_close(r, f"a second session over {key} = 1")
+                check(f.headers["message"] == "too many sessions from this address",
+                      f"refused with {f.headers['message']!r}")
+            finally:
+                r.close()
+        finally:
+            hold.close()
+            gw.ctl("set", key, str(before))
+        check(gw.ctl_json("get", key)["value"] == before, f"{key} not restored")
+        self.well_behaved("after the per-source limit was raised again")
+        started = gw.ctl_json("get", "limits.sessions_max")["value"]
+        p = gw.ctl("set", "limits.sessions_max", str(int(started) + 1), expect=1)
+        check("the value sluiced started with" in p.stderr and "restart to raise it" in p.stderr,
+              f"sessions_max above its start value: {p.stderr!r}")
+        check(gw.ctl_json("get", "limits.sessions_max")["value"] == started,
+              "a refused limit changed")
+        self.findings.append(f"{key} set to 1 at run time: the next session from the same "
+                             f"address refused; limits.sessions_max above {started}: "
+                             f"{p.stderr.strip()!r}")
+        self.healthy("live limits")
+
     def run(self):
         self.silent = SilentOwner()
         self.silent.start()
@@ -383,7 +418,7 @@ connect_timeout_ms = {CONNECT_TIMEOUT_MS}"""
         self.gw = Sluiced(self.sluiced, self.sluicectl, work, text, port).start()
         self.queues.append(self.good)
         self.well_behaved("first")
-        selected = os.environ.get("SLUICE_GW_CASES", "rhpslxo")
+        selected = os.environ.get("SLUICE_GW_CASES", "rhpslxot")
         times = {}
         failures = []
         t = time.monotonic()
@@ -393,6 +428,7 @@ connect_timeout_ms = {CONNECT_TIMEOUT_MS}"""
                                 ("s", "slow loris", self.case_slowloris),
                                 ("x", "reset mid-splice", self.case_reset_mid_splice),
                                 ("o", "silent owner", self.case_silent_owner),
+                                ("t", "limits tuned at run time", self.case_live_limits),
                                 ("l", "10,000 idle connections", self.case_idle_connections)):
             if key not in selected:
                 continue

@@ -168,9 +168,10 @@ class Test:
 
     # ---- helpers -------------------------------------------------------------------------------
 
-    def config_text(self, weight2="100"):
+    def config_text(self, weight2="100", limits=""):
         pins = "".join(f'\n[[pins]]\nvhost = "{v}"\nqueue = "{q}"\nnode = "{n}"\n'
                        for v, q, n in self.extra_pins)
+        limits_section = f"\n[limits]\n{limits}\n" if limits else ""
         return f"""# sluicectl_test.py's gateway
 [gateway]
 id = "sluicectl-test"
@@ -208,7 +209,7 @@ address = "127.0.0.1:{self.closed_port}"
 vhost = "/"
 queue = "orders"
 node = "rabbit1"
-{pins}"""
+{pins}{limits_section}"""
 
     def write_config(self, path=None, **kw):
         with open(path or self.config_path, "w") as f:
@@ -483,6 +484,27 @@ node = "rabbit1"
         check(self.ctl_json("get")["settings"]["health.interval_ms"] == "200",
               "reload kept health.interval_ms")
 
+        # The live limits apply on reload; sessions_max above its value at start (the default
+        # 10,000) waits for a restart, and the log says why.
+        self.write_config(limits="sessions_max = 5000\nsessions_per_source_max = 7")
+        self.ctl("reload")
+        settings = self.ctl_json("get")["settings"]
+        check(settings["limits.sessions_max"] == "5000"
+              and settings["limits.sessions_per_source_max"] == "7",
+              f"limits after reload: {settings}")
+        self.write_config(limits="sessions_max = 20000\nsessions_per_source_max = 7")
+        self.ctl("reload")
+        check(self.ctl_json("get", "limits.sessions_max")["value"] == "5000",
+              "sessions_max above its start value applied")
+        self.log.flush()
+        wait_until("the restart-needed line for limits.sessions_max", 5, lambda: any(
+            "config_change_needs_restart" in line and "limits.sessions_max: 20000 is above 10000"
+            in line for line in open(self.log_path, errors="replace")))
+        self.write_config()  # back to the defaults, which apply again
+        self.ctl("reload")
+        check(self.ctl_json("get", "limits.sessions_max")["value"] == "10000",
+              "limits.sessions_max back to its default on reload")
+
         broken = self.config_text(weight2="0")
         with open(self.config_path, "w") as f:
             f.write(broken)
@@ -503,7 +525,7 @@ node = "rabbit1"
         check(self.ctl_json("reload") == {"reloaded": True}, "reload --json")
         m = self.ctl_json("metrics")
         check(m.get('sluice_config_reloads_total{result="refused"}') == 2
-              and m.get('sluice_config_reloads_total{result="ok"}') == 3,
+              and m.get('sluice_config_reloads_total{result="ok"}') == 6,
               "reload counters: " + str({k: v for k, v in m.items() if "reloads" in k}))
 
     def endpoints(self):

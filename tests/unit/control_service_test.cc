@@ -392,6 +392,70 @@ TEST_F(ControlTest, SettingsChangeAtRunTimeAndRefuseBadValues) {
   set_log_level(LogLevel::kInfo);
 }
 
+// limits.* reach the engine through the hook, at run time and on reload; what the hook
+// refuses stays as it was (and a reload names it as needing a restart).
+TEST_F(ControlTest, SessionLimitsGoToTheEngineAtRunTimeAndOnReload) {
+  config_.sessions_max = 100;
+  config_.sessions_per_source_max = 10;
+  config_.prelude_sessions_max = 100;
+  config_.connect_timeout_ms = 2'000;
+  Control& c = make();
+  ASSERT_EQ(c.load_state(), std::nullopt);
+  EXPECT_EQ(c.setting("limits.sessions_max"), "100");
+  // Without a hook (no engine) a value is only recorded.
+  EXPECT_EQ(c.set_setting("limits.connect_timeout_ms", "1500"), std::nullopt);
+  EXPECT_EQ(c.config().connect_timeout_ms, 1'500u);
+
+  std::vector<Control::SessionLimits> seen;
+  c.set_limits_hook([&](const Control::SessionLimits& l) -> std::optional<std::string> {
+    seen.push_back(l);
+    if (l.sessions_max > 100) return std::string("limits.sessions_max: above 100");
+    return std::nullopt;
+  });
+  EXPECT_EQ(c.set_setting("limits.sessions_max", "40"), std::nullopt);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].sessions_max, 40u);
+  EXPECT_EQ(seen[0].sessions_per_source_max, 10u);
+  EXPECT_EQ(seen[0].prelude_sessions_max, 100u);
+  EXPECT_EQ(seen[0].connect_timeout_ms, 1'500u);
+  EXPECT_EQ(c.setting("limits.sessions_max"), "40");
+
+  // Refused by the hook: 400 with its reason, nothing recorded.
+  std::optional<OpError> e = c.set_setting("limits.sessions_max", "101");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 400u);
+  EXPECT_EQ(e->message, "limits.sessions_max: above 100");
+  EXPECT_EQ(c.setting("limits.sessions_max"), "40");
+  // Out of the config file's range, or not a number: refused before the hook.
+  const size_t calls = seen.size();
+  for (const char* bad : {"0", "1000001", "-1", "many", ""}) {
+    e = c.set_setting("limits.sessions_per_source_max", bad);
+    ASSERT_TRUE(e) << bad;
+    EXPECT_NE(e->message.find("must be a whole number from 1 to 1000000"), std::string::npos)
+        << e->message;
+  }
+  e = c.set_setting("limits.connect_timeout_ms", "600001");
+  ASSERT_TRUE(e);
+  EXPECT_NE(e->message.find("from 1 to 600000"), std::string::npos) << e->message;
+  EXPECT_EQ(seen.size(), calls);
+
+  // A reload: each changed limit goes to the hook; the one refused needs a restart, the others
+  // apply.
+  GatewayConfig next = config_;
+  next.sessions_max = 500;           // refused
+  next.sessions_per_source_max = 5;  // applies
+  next.connect_timeout_ms = 1'500;   // as set at run time: unchanged, not sent
+  next.prelude_sessions_max = 100;   // unchanged
+  std::vector<std::string> restart;
+  ASSERT_EQ(c.reload(next, Secrets{}, &restart), std::nullopt);
+  EXPECT_EQ(restart, std::vector<std::string>{"limits.sessions_max: above 100"});
+  EXPECT_EQ(c.setting("limits.sessions_max"), "40");
+  EXPECT_EQ(c.setting("limits.sessions_per_source_max"), "5");
+  ASSERT_EQ(seen.size(), calls + 2);
+  EXPECT_EQ(seen.back().sessions_per_source_max, 5u);
+  EXPECT_EQ(seen.back().sessions_max, 40u);
+}
+
 TEST_F(ControlTest, ReloadAddsNodesAndWorkersPlaceOnThem) {
   Control& c = make();
   ASSERT_EQ(c.load_state(), std::nullopt);

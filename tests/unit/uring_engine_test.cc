@@ -1343,6 +1343,84 @@ TEST_P(UringEngineTest, SessionsPerSourceMaxRefusesWithError) {
   EXPECT_EQ(counters().refused_per_source.load(), 1u);
 }
 
+// limits.* changed at run time (`sluicectl set`, a reload): the next sessions get the new
+// limits, the open ones stay, and a limit cannot go above what the workers were sized for.
+TEST_P(UringEngineTest, SessionLimitsChangedAtRunTimeApplyToTheNextSessions) {
+  options_.sessions_max = 3;
+  options_.prelude_sessions_max = 3;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  const LiveLimits start = engine_->limits();
+  EXPECT_EQ(start, (LiveLimits{3, options_.sessions_per_source_max, 3, 2'000}));
+
+  // Lowered below the sessions open: those stay, the next is refused.
+  Conn a = client();
+  Conn b = client();
+  ASSERT_TRUE(wait_until(kWait, [&] { return active() == 2; }));
+  LiveLimits one = start;
+  one.sessions_max = 1;
+  ASSERT_EQ(engine_->set_limits(one), std::nullopt);
+  Conn refused = client();
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(refused, "too many sessions"));
+  EXPECT_EQ(active(), 2u);
+  EXPECT_EQ(counters().refused_sessions_max.load(), 1u);
+
+  // Per source and in prelude, likewise.
+  LiveLimits per_source = start;
+  per_source.sessions_per_source_max = 2;
+  ASSERT_EQ(engine_->set_limits(per_source), std::nullopt);
+  Conn third = client();
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(third, "too many sessions from this address"));
+  LiveLimits prelude = start;
+  prelude.prelude_sessions_max = 2;
+  ASSERT_EQ(engine_->set_limits(prelude), std::nullopt);
+  Conn fourth = client();
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(fourth, "too many sessions in prelude"));
+
+  // Back to the values at start: the third session is served.
+  ASSERT_EQ(engine_->set_limits(start), std::nullopt);
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  EXPECT_EQ(active(), 3u);
+
+  // Above what the workers were sized for, or zero: refused, nothing changes.
+  LiveLimits more = start;
+  more.sessions_max = 4;
+  std::optional<std::string> why = engine_->set_limits(more);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("limits.sessions_max: 4 is above 3"), std::string::npos) << *why;
+  more = start;
+  more.prelude_sessions_max = 4;
+  why = engine_->set_limits(more);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("limits.prelude_sessions_max"), std::string::npos) << *why;
+  more = start;
+  more.connect_timeout_ms = 0;
+  EXPECT_TRUE(engine_->set_limits(more));
+  EXPECT_EQ(engine_->limits(), start);
+}
+
+// connect_timeout_ms changed at run time is the next connect's linked timeout.
+TEST_P(UringEngineTest, ConnectTimeoutChangedAtRunTimeAppliesToTheNextConnect) {
+  FullListener full;
+  if (!full.full()) GTEST_SKIP() << "SKIPPED: could not fill a listener's accept queue";
+  options_.connect_timeout_ms = 60'000;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  LiveLimits l = engine_->limits();
+  l.connect_timeout_ms = 300;
+  ASSERT_EQ(engine_->set_limits(l), std::nullopt);
+  router_.set_direct(full.addr());
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<std::string> receipt = c.read_frame(5s);
+  const auto elapsed = Clock::now() - t0;
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  EXPECT_GE(elapsed, 250ms);
+  EXPECT_EQ(counters().connect_failed.load(), 1u);
+}
+
 TEST_P(UringEngineTest, PreludeFrameTimeoutGetsError) {
   config_.frame_timeout_ns = 300 * session::kNanosPerMilli;
   ASSERT_NO_FATAL_FAILURE(start_engine());
