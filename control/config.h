@@ -58,6 +58,7 @@ struct SpillConfig {
   static constexpr uint64_t kSegmentBytesMin = 1ull << 20;
   static constexpr uint64_t kSegmentBytesMax = 4ull << 30;
   static constexpr uint64_t kBytesCeiling = 1ull << 50;
+  static constexpr uint64_t kMessagesCeiling = 1ull << 40;
 
   std::string dir;                          // empty: <gateway.state_dir>/spill
   uint64_t max_bytes = 8ull << 30;          // all segments together; at least two segments
@@ -74,6 +75,7 @@ struct SpillConfig {
 // [drain]: the drainer that delivers spilled backlogs to their owners.
 struct DrainConfig {
   static constexpr uint32_t kWindowMax = 4096;
+  static constexpr uint32_t kRateMax = 10'000'000;
 
   std::string login;             // the gateway's own STOMP login at the owners (empty: none)
   std::string passcode_file;     // file holding its passcode (empty: none)

@@ -14,8 +14,8 @@ namespace {
 // Room in a segment beyond the largest frame: the record header, the queue's name record and
 // alignment (the spill log checks the exact figure too).
 constexpr uint64_t kSegmentSlackBytes = 64u << 10;
-constexpr int64_t kMessagesCeiling = int64_t(1) << 40;
-constexpr int64_t kRateMax = 10'000'000;
+constexpr int64_t kMessagesCeiling = int64_t(SpillConfig::kMessagesCeiling);
+constexpr int64_t kRateMax = DrainConfig::kRateMax;
 constexpr int64_t kBackoffMsMax = 3'600'000;
 constexpr int64_t kTimeoutMsMax = 3'600'000;
 

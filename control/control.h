@@ -135,19 +135,24 @@ class Control {
   void set_backlog(std::string_view vhost, std::string_view queue, bool has_backlog);
   size_t queues_with_backlog() const { return backlog_.size(); }
 
-  // The session limits the engine applies while sessions run (limits.sessions_max,
-  // limits.sessions_per_source_max, limits.prelude_sessions_max, limits.connect_timeout_ms):
-  // set_setting and reload hand them to the hook, which applies them or says why it cannot
-  // (the engine sized its memory for the values at start). Without a hook (no engine) they are
-  // only recorded.
-  struct SessionLimits {
-    uint32_t sessions_max = 0;
-    uint32_t sessions_per_source_max = 0;
-    uint32_t prelude_sessions_max = 0;
-    uint32_t connect_timeout_ms = 0;
+  // The settings the dataplane and the spill service apply while they run: the session limits
+  // (limits.sessions_max, limits.sessions_per_source_max, limits.prelude_sessions_max,
+  // limits.connect_timeout_ms), the spill log's per-queue limits (spill.queue_messages_max,
+  // spill.queue_bytes_max) and the drainer's pace (drain.rate_per_second). set_setting and
+  // reload hand the whole set, with one of them changed, to the hook, which applies it or says
+  // why it cannot (the engine sized its memory for the session limits at start). Without a
+  // hook (no engine) they are only recorded.
+  struct LiveSettings {
+    uint64_t sessions_max = 0;
+    uint64_t sessions_per_source_max = 0;
+    uint64_t prelude_sessions_max = 0;
+    uint64_t connect_timeout_ms = 0;
+    uint64_t spill_queue_messages_max = 0;
+    uint64_t spill_queue_bytes_max = 0;
+    uint64_t drain_rate_per_second = 0;
   };
-  using LimitsHook = std::function<std::optional<std::string>(const SessionLimits&)>;
-  void set_limits_hook(LimitsHook hook) { limits_hook_ = std::move(hook); }
+  using LiveHook = std::function<std::optional<std::string>(const LiveSettings&)>;
+  void set_live_hook(LiveHook hook) { live_hook_ = std::move(hook); }
 
   // Run-time settings ("log_level", "health.interval_ms", ...): names in settings() order.
   std::vector<std::pair<std::string, std::string>> settings() const;
@@ -234,10 +239,10 @@ class Control {
   boost::asio::io_context& io_;
   GatewayConfig config_;
   Secrets secrets_;
-  LimitsHook limits_hook_;
-  // Applies one limit (key, value) through limits_hook_ and records it in config_: empty when
-  // done, otherwise why not (nothing changed).
-  std::optional<std::string> apply_limit(std::string_view key, uint32_t value);
+  LiveHook live_hook_;
+  // Applies one live setting (key, value) through live_hook_ and records it in config_: empty
+  // when done, otherwise why not (nothing changed).
+  std::optional<std::string> apply_live(std::string_view key, uint64_t value);
   // Every Placement sent to workers stays alive (they may still use an older one).
   std::vector<std::unique_ptr<Placement>> placements_;
   OwnershipTable table_;

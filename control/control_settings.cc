@@ -1,6 +1,5 @@
 // Control's run-time settings (admin API get/set) and the config reload (SIGHUP).
 #include <charconv>
-#include <type_traits>
 
 #include "control/control.h"
 #include "control/control_internal.h"
@@ -23,27 +22,60 @@ constexpr std::string_view kSettingKeys[] = {
     "limits.sessions_per_source_max",
     "limits.prelude_sessions_max",
     "limits.connect_timeout_ms",
+    "spill.queue_messages_max",
+    "spill.queue_bytes_max",
+    "drain.rate_per_second",
 };
 
-// The live limits' fields, by key, in a GatewayConfig or a Control::SessionLimits (nullptr:
-// not one of them).
-template <typename Config>
-auto* limit_field(Config& c, std::string_view key) {
-  using Field = std::conditional_t<std::is_const_v<Config>, const uint32_t, uint32_t>;
-  Field* f = nullptr;
-  if (key == "limits.sessions_max") f = &c.sessions_max;
-  if (key == "limits.sessions_per_source_max") f = &c.sessions_per_source_max;
-  if (key == "limits.prelude_sessions_max") f = &c.prelude_sessions_max;
-  if (key == "limits.connect_timeout_ms") f = &c.connect_timeout_ms;
-  return f;
+// The live settings (Control::LiveSettings): their keys, the config file's ranges, and where
+// each is in a LiveSettings.
+using Live = Control::LiveSettings;
+struct LiveKey {
+  std::string_view key;
+  uint64_t min;
+  uint64_t max;
+  uint64_t Live::*field;
+};
+constexpr LiveKey kLiveKeys[] = {
+    {"limits.sessions_max", 1, kLimitSessionsMax, &Live::sessions_max},
+    {"limits.sessions_per_source_max", 1, kLimitSessionsMax, &Live::sessions_per_source_max},
+    {"limits.prelude_sessions_max", 1, kLimitSessionsMax, &Live::prelude_sessions_max},
+    {"limits.connect_timeout_ms", 1, kLimitConnectTimeoutMsMax, &Live::connect_timeout_ms},
+    {"spill.queue_messages_max", 1, SpillConfig::kMessagesCeiling, &Live::spill_queue_messages_max},
+    {"spill.queue_bytes_max", 1, SpillConfig::kBytesCeiling, &Live::spill_queue_bytes_max},
+    {"drain.rate_per_second", 0, DrainConfig::kRateMax, &Live::drain_rate_per_second},
+};
+
+const LiveKey* live_key(std::string_view key) {
+  for (const LiveKey& k : kLiveKeys)
+    if (k.key == key) return &k;
+  return nullptr;
 }
 
-constexpr std::string_view kLimitKeys[] = {
-    "limits.sessions_max",
-    "limits.sessions_per_source_max",
-    "limits.prelude_sessions_max",
-    "limits.connect_timeout_ms",
-};
+Live live_of(const GatewayConfig& c) {
+  return Live{c.sessions_max,         c.sessions_per_source_max,  c.prelude_sessions_max,
+              c.connect_timeout_ms,   c.spill.queue_messages_max, c.spill.queue_bytes_max,
+              c.drain.rate_per_second};
+}
+
+// Only values within kLiveKeys' ranges reach here, so the narrowing casts keep them.
+void set_live(GatewayConfig& c, const Live& l) {
+  c.sessions_max = uint32_t(l.sessions_max);
+  c.sessions_per_source_max = uint32_t(l.sessions_per_source_max);
+  c.prelude_sessions_max = uint32_t(l.prelude_sessions_max);
+  c.connect_timeout_ms = uint32_t(l.connect_timeout_ms);
+  c.spill.queue_messages_max = l.spill_queue_messages_max;
+  c.spill.queue_bytes_max = l.spill_queue_bytes_max;
+  c.drain.rate_per_second = uint32_t(l.drain_rate_per_second);
+}
+
+std::optional<uint64_t> parse_u64(std::string_view s) {
+  uint64_t v = 0;
+  if (s.empty()) return std::nullopt;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
 
 std::optional<uint32_t> parse_u32(std::string_view s) {
   uint32_t v = 0;
@@ -80,18 +112,17 @@ std::optional<std::string> Control::setting(std::string_view key) const {
   if (key == "health.fall") return std::to_string(h.fall);
   if (key == "feed.rabbitmq.interval_ms") return std::to_string(config_.rabbitmq_feed.interval_ms);
   if (key == "feed.rabbitmq.timeout_ms") return std::to_string(config_.rabbitmq_feed.timeout_ms);
-  if (const uint32_t* f = limit_field(config_, key)) return std::to_string(*f);
+  if (const LiveKey* k = live_key(key)) return std::to_string(live_of(config_).*(k->field));
   return std::nullopt;
 }
 
-std::optional<std::string> Control::apply_limit(std::string_view key, uint32_t value) {
-  SessionLimits l{config_.sessions_max, config_.sessions_per_source_max,
-                  config_.prelude_sessions_max, config_.connect_timeout_ms};
-  *limit_field(l, key) = value;
-  if (limits_hook_) {
-    if (std::optional<std::string> why = limits_hook_(l)) return why;
+std::optional<std::string> Control::apply_live(std::string_view key, uint64_t value) {
+  Live l = live_of(config_);
+  l.*(live_key(key)->field) = value;
+  if (live_hook_) {
+    if (std::optional<std::string> why = live_hook_(l)) return why;
   }
-  *limit_field(config_, key) = value;
+  set_live(config_, l);
   return std::nullopt;
 }
 
@@ -134,15 +165,13 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
     config_.health = h;
     for (auto& n : nodes_)
       n->tracker.set_params(h.rise, h.fall);
-  } else if (key.starts_with("limits.")) {
-    std::optional<uint32_t> v = parse_u32(value);
-    const uint32_t max =
-        key == "limits.connect_timeout_ms" ? kLimitConnectTimeoutMsMax : kLimitSessionsMax;
-    if (!v || *v == 0 || *v > max) {
-      return bad("must be a whole number from 1 to " + std::to_string(max) + ", not \"" +
-                 std::string(value) + "\"");
+  } else if (const LiveKey* live = live_key(key)) {
+    std::optional<uint64_t> v = parse_u64(value);
+    if (!v || *v < live->min || *v > live->max) {
+      return bad("must be a whole number from " + std::to_string(live->min) + " to " +
+                 std::to_string(live->max) + ", not \"" + std::string(value) + "\"");
     }
-    if (std::optional<std::string> why = apply_limit(key, *v)) return OpError{400, *why};
+    if (std::optional<std::string> why = apply_live(key, *v)) return OpError{400, *why};
   } else {  // feed.rabbitmq.*
     std::optional<uint32_t> v = parse_u32(value);
     if (!v) return bad("must be a whole number, not \"" + std::string(value) + "\"");
@@ -245,13 +274,27 @@ std::optional<std::string> Control::reload(GatewayConfig next, Secrets secrets,
           "admin.tcp");
   differs(!(next.session == config_.session), "stomp and limits (session settings)");
   differs(next.queues_max != config_.queues_max, "limits.queues_max");
+  const SpillConfig& ns = next.spill;
+  const SpillConfig& os = config_.spill;
+  differs(ns.dir != os.dir || ns.max_bytes != os.max_bytes ||
+              ns.segment_bytes != os.segment_bytes || ns.on_full != os.on_full ||
+              ns.users_file != os.users_file || ns.allow_anonymous != os.allow_anonymous,
+          "spill (other than queue_messages_max and queue_bytes_max)");
+  const DrainConfig& nd = next.drain;
+  const DrainConfig& od = config_.drain;
+  differs(nd.login != od.login || nd.passcode_file != od.passcode_file || nd.window != od.window ||
+              nd.backoff_base_ms != od.backoff_base_ms || nd.backoff_max_ms != od.backoff_max_ms ||
+              nd.connect_timeout_ms != od.connect_timeout_ms ||
+              nd.receipt_timeout_ms != od.receipt_timeout_ms,
+          "drain (other than rate_per_second)");
 
-  // The live limits, one by one: one that cannot apply now (above what the engine sized its
-  // memory for) waits for a restart, the others apply.
-  for (std::string_view k : kLimitKeys) {
-    const uint32_t v = *limit_field(next, k);
-    if (v == *limit_field(config_, k)) continue;
-    if (std::optional<std::string> why = apply_limit(k, v)) restart.push_back(std::move(*why));
+  // The live settings, one by one: one that cannot apply now (a session limit above what the
+  // engine sized its memory for) waits for a restart, the others apply.
+  const Live wanted = live_of(next);
+  for (const LiveKey& k : kLiveKeys) {
+    const uint64_t v = wanted.*(k.field);
+    if (v == live_of(config_).*(k.field)) continue;
+    if (std::optional<std::string> why = apply_live(k.key, v)) restart.push_back(std::move(*why));
   }
   apply_nodes(next);
   const std::vector<PinSpec> old_pins = config_.pins;

@@ -199,19 +199,26 @@ int run(const std::string& path) {
   }
 #endif
 
-  // limits.* set at run time or by a reload reach the io_uring engine's workers (in DPDK mode,
-  // the spill listener's; the lcore's flow limits are dpdk.*, fixed at start).
+  // Live settings set at run time or by a reload: limits.* reach the io_uring engine's workers
+  // (in DPDK mode, the spill listener's; the lcore's flow limits are dpdk.*, fixed at start),
+  // spill.queue_*_max the spill log and drain.rate_per_second the drainer. Control's ranges
+  // keep every value within the narrower types.
   const uint32_t connect_timeout_at_start = config.connect_timeout_ms;
   const bool dpdk_mode = config.engine == EngineKind::kDpdk;
-  control.set_limits_hook([&engine, connect_timeout_at_start, dpdk_mode](
-                              const Control::SessionLimits& l) -> std::optional<std::string> {
+  control.set_live_hook([&engine, &spill, connect_timeout_at_start,
+                         dpdk_mode](const Control::LiveSettings& l) -> std::optional<std::string> {
     if (dpdk_mode && l.connect_timeout_ms != connect_timeout_at_start) {
       return "limits.connect_timeout_ms: the DPDK engine's lcore keeps the value it started "
              "with (" +
              std::to_string(connect_timeout_at_start) + "); restart to change it";
     }
-    return engine->set_limits(
-        {l.sessions_max, l.sessions_per_source_max, l.prelude_sessions_max, l.connect_timeout_ms});
+    if (auto e = engine->set_limits({uint32_t(l.sessions_max), uint32_t(l.sessions_per_source_max),
+                                     uint32_t(l.prelude_sessions_max),
+                                     uint32_t(l.connect_timeout_ms)})) {
+      return e;
+    }
+    return spill->set_tuning(l.spill_queue_messages_max, l.spill_queue_bytes_max,
+                             uint32_t(l.drain_rate_per_second));
   });
 
   auto reload = [&]() -> std::optional<std::string> {

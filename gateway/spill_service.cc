@@ -124,6 +124,14 @@ void SpillService::stop() {
   log_->stop();
 }
 
+std::optional<std::string> SpillService::set_tuning(uint64_t queue_messages_max,
+                                                    uint64_t queue_bytes_max,
+                                                    uint32_t drain_rate_per_second) {
+  if (auto e = log_->set_queue_limits(queue_messages_max, queue_bytes_max)) return e;
+  drainer_->set_rate(drain_rate_per_second);
+  return std::nullopt;
+}
+
 void SpillService::set_nodes(std::vector<control::NodeSpec> nodes) {
   std::lock_guard<std::mutex> lock(nodes_mutex_);
   nodes_ = std::move(nodes);

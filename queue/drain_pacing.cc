@@ -47,6 +47,14 @@ void RateLimit::refill(session::Nanos now) {
   last_ = now;
 }
 
+void RateLimit::set_rate(uint32_t per_second) {
+  if (per_second_ == 0 && per_second != 0) {
+    tokens_ = burst_;
+    started_ = false;
+  }
+  per_second_ = per_second;
+}
+
 bool RateLimit::take(session::Nanos now) {
   if (per_second_ == 0) return true;
   refill(now);

@@ -40,6 +40,9 @@ class RateLimit {
   // When the next token is there (now, if one is).
   session::Nanos next_at(session::Nanos now) const;
   bool unlimited() const { return per_second_ == 0; }
+  // A new rate from now on (0: no limit). Tokens already in the bucket stay; a bucket that had
+  // no limit starts full.
+  void set_rate(uint32_t per_second);
 
  private:
   void refill(session::Nanos now);

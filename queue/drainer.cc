@@ -50,9 +50,9 @@ Drainer::Impl::Link* Drainer::Impl::link_for(const DrainTarget& t, const std::st
   }
   if (open >= self.options_.links_max) return nullptr;
   const DrainerOptions& o = self.options_;
-  auto fresh = std::make_unique<Link>(o.backoff_base_ms, o.backoff_max_ms,
-                                      o.seed * 0x9e3779b97f4a7c15ull + ++seeds, o.rate_per_second,
-                                      o.rate_burst);
+  auto fresh =
+      std::make_unique<Link>(o.backoff_base_ms, o.backoff_max_ms,
+                             o.seed * 0x9e3779b97f4a7c15ull + ++seeds, applied_rate, o.rate_burst);
   // A free slot has no queue, no descriptor and no operation left: it can be replaced.
   const size_t index = free_slot != nullptr ? free_slot->index : links.size();
   if (free_slot == nullptr) links.emplace_back();
@@ -181,6 +181,11 @@ void Drainer::Impl::run() {
   while (!self.stop_.load(std::memory_order_acquire)) {
     Nanos now = now_ns();
     if (self.now_.exchange(false)) retry_now(now);
+    if (const uint32_t r = self.rate(); r != applied_rate) {
+      applied_rate = r;
+      for (auto& l : links)
+        l->rate.set_rate(r);
+    }
     if (now >= next_scan) {
       scan(now);
       next_scan = now + Nanos(self.options_.scan_interval_ms) * kMilli;
@@ -230,6 +235,7 @@ void Drainer::Impl::run() {
 
 Drainer::Drainer(SpillLog& log, DrainRoute route, DrainerOptions options)
     : log_(log), route_(std::move(route)), options_(std::move(options)) {
+  rate_.store(options_.rate_per_second, std::memory_order_relaxed);
   SLUICE_ASSERT(options_.window >= 1 && options_.window <= DrainSettings::kWindowMax);
   SLUICE_ASSERT(options_.links_max >= 1);
 }

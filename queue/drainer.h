@@ -97,6 +97,11 @@ class Drainer {
   // looks at the backlogs at once. Any thread.
   void drain_now();
 
+  // drain.rate_per_second while the drainer runs (any thread): every connection, open or not
+  // yet, paces at it from its next SEND on (the drainer applies it within a scan interval).
+  void set_rate(uint32_t per_second) { rate_.store(per_second, std::memory_order_relaxed); }
+  uint32_t rate() const { return rate_.load(std::memory_order_relaxed); }
+
   const DrainerMetrics& metrics() const { return metrics_; }
   // Any thread: as of the last scan.
   std::vector<DrainQueueStatus> queues() const;
@@ -110,6 +115,7 @@ class Drainer {
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> now_{false};
+  std::atomic<uint32_t> rate_{0};
   mutable std::mutex status_mutex_;
   std::vector<DrainQueueStatus> status_;
   std::thread thread_;

@@ -99,6 +99,7 @@ struct Drainer::Impl {
   std::vector<uint8_t> read_buf;
   Nanos next_scan = 0;
   uint64_t seeds = 0;
+  uint32_t applied_rate = self.rate();  // Drainer::set_rate as the links pace now
 
   void log(LogSeverity s, std::string_view event, std::initializer_list<LogField> fields) {
     if (self.options_.log) self.options_.log(s, event, std::span<const LogField>(fields));

@@ -5,6 +5,7 @@
 
 #include <liburing.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
@@ -271,6 +272,10 @@ struct LogState {
   SpillLog& log;
   SpillOptions opt;
   SpillMetrics& metrics;
+  // opt.queue_messages_max and opt.queue_bytes_max as they are now (SpillLog::set_queue_limits,
+  // any thread); the spill thread reads them at each append.
+  std::atomic<uint64_t> queue_messages_max;
+  std::atomic<uint64_t> queue_bytes_max;
   int lock_fd = -1;
   int dir_fd = -1;
 

@@ -114,7 +114,12 @@ bool CursorWriter::write(const CursorSnapshot& s, uint64_t gen) {
 
 // ---- state helpers -------------------------------------------------------------------------
 
-LogState::LogState(SpillLog& l, SpillOptions o) : log(l), opt(std::move(o)), metrics(l.metrics_) {}
+LogState::LogState(SpillLog& l, SpillOptions o)
+    : log(l),
+      opt(std::move(o)),
+      metrics(l.metrics_),
+      queue_messages_max(opt.queue_messages_max),
+      queue_bytes_max(opt.queue_bytes_max) {}
 
 LogState::~LogState() {
   writer.reset();
@@ -210,6 +215,19 @@ SpillLog::SpillLog(SpillOptions options)
 
 const SpillOptions& SpillLog::options() const {
   return st_->opt;
+}
+
+std::optional<std::string> SpillLog::set_queue_limits(uint64_t messages_max, uint64_t bytes_max) {
+  if (messages_max == 0) return std::string("spill.queue_messages_max must be at least 1");
+  if (bytes_max == 0) return std::string("spill.queue_bytes_max must be at least 1");
+  st_->queue_messages_max.store(messages_max, std::memory_order_relaxed);
+  st_->queue_bytes_max.store(bytes_max, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+SpillLog::QueueLimits SpillLog::queue_limits() const {
+  return {st_->queue_messages_max.load(std::memory_order_relaxed),
+          st_->queue_bytes_max.load(std::memory_order_relaxed)};
 }
 
 std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* report,

@@ -52,6 +52,17 @@ class SpillLog {
   uint32_t producer_count() const { return uint32_t(producers_.size()); }
   const SpillMetrics& metrics() const { return metrics_; }
   const SpillOptions& options() const;
+  // The per-queue limits (SpillOptions::queue_messages_max and queue_bytes_max) while the log
+  // runs, from any thread: appends from then on are checked against them; a queue already
+  // above a lowered limit keeps its messages and takes no more (on_full = drop-oldest drops
+  // down to it as new ones arrive). Refuses zeros, and changes nothing then.
+  struct QueueLimits {
+    uint64_t messages_max = 0;
+    uint64_t bytes_max = 0;
+    bool operator==(const QueueLimits&) const = default;
+  };
+  std::optional<std::string> set_queue_limits(uint64_t messages_max, uint64_t bytes_max);
+  QueueLimits queue_limits() const;
 
   // Read side (any one thread, typically the drainer; safe against the spill thread).
   // Locations of up to out.size() durable messages of (vhost, queue) with seq > after_seq, in

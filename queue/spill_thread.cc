@@ -212,9 +212,11 @@ LogState::Place LogState::place(SpillProducer& p, const AppendMsg& m, uint64_t n
     qi = queue_index(vhost, queue);
   }
   QueueState& q = *queues[qi];
-  if (rec > opt.queue_bytes_max) return refuse(AppendStatus::kQueueFull);
-  while (q.pending + q.backlog.size() + 1 > opt.queue_messages_max ||
-         q.pending_bytes + q.backlog_bytes + rec > opt.queue_bytes_max) {
+  const uint64_t messages_max = queue_messages_max.load(std::memory_order_relaxed);
+  const uint64_t bytes_max = queue_bytes_max.load(std::memory_order_relaxed);
+  if (rec > bytes_max) return refuse(AppendStatus::kQueueFull);
+  while (q.pending + q.backlog.size() + 1 > messages_max ||
+         q.pending_bytes + q.backlog_bytes + rec > bytes_max) {
     if (opt.on_full != OnFull::kDropOldest || q.backlog.empty())
       return refuse(AppendStatus::kQueueFull);
     std::lock_guard<std::mutex> l(mu);

@@ -102,6 +102,7 @@ max_bytes = 67108864
 login = "{self.cluster.login}"
 passcode_file = "{self.cluster.passcode_file}"
 window = 16
+rate_per_second = 1
 backoff_base_ms = 50
 backoff_max_ms = 500
 [[nodes]]
@@ -182,6 +183,22 @@ node = "dead"
         check(re.search(r"event=spill_recovered .*messages=%d" % (DELIVERED + WAITING), log),
               f"no spill_recovered line with {DELIVERED + WAITING} messages:\n{log}")
 
+        # The drain starts at one message a second (after a burst of 64, the drainer's bucket);
+        # raised live to no limit, the rest follows at once.
+        def drained():
+            return int(self.ctl_json("metrics").get("sluice_drain_delivered_total", 0))
+        wait_until("the drain's first deliveries", DRAIN_TIMEOUT_S, lambda: drained() >= 1,
+                   interval_s=0.2)
+        time.sleep(2)
+        paced = drained()
+        check(paced <= 64 + 10, f"{paced} messages delivered at drain.rate_per_second = 1")
+        check(self.ctl_json("get", "drain.rate_per_second")["value"] == "1", "rate at start")
+        p = self.ctl("set", "drain.rate_per_second", "0")
+        check(p.stdout == "drain.rate_per_second set to 0\n", f"set said {p.stdout!r}")
+        p = self.ctl("set", "spill.queue_messages_max", "0", expect=1)
+        check("spill.queue_messages_max: must be a whole number from 1 to" in p.stderr,
+              f"set spill.queue_messages_max 0: {p.stderr!r}")
+
         # The owner that is up gets its backlog; the other queue waits.
         def delivered():
             info = self.cluster.queue("/", self.up_queue) or {}
@@ -249,7 +266,8 @@ node = "dead"
               and "sluice_spill_batches_direct_total" in m, f"metrics: {m}")
         self.stop()
         self.cluster.delete_queue("/", self.up_queue)
-        print(f"spill in sluiced: {DELIVERED} recovered messages delivered to RabbitMQ in order, "
+        print(f"spill in sluiced: {DELIVERED} recovered messages delivered to RabbitMQ in order "
+              f"({paced} while paced at one a second, the rest once the rate was raised live), "
               f"{WAITING} waiting for a dead owner shown, drained on request and purged")
 
 

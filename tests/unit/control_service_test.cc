@@ -392,9 +392,10 @@ TEST_F(ControlTest, SettingsChangeAtRunTimeAndRefuseBadValues) {
   set_log_level(LogLevel::kInfo);
 }
 
-// limits.* reach the engine through the hook, at run time and on reload; what the hook
-// refuses stays as it was (and a reload names it as needing a restart).
-TEST_F(ControlTest, SessionLimitsGoToTheEngineAtRunTimeAndOnReload) {
+// The live settings (limits.*, spill.queue_*_max, drain.rate_per_second) reach the dataplane
+// through the hook, at run time and on reload; what the hook refuses stays as it was (and a
+// reload names it as needing a restart).
+TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   config_.sessions_max = 100;
   config_.sessions_per_source_max = 10;
   config_.prelude_sessions_max = 100;
@@ -406,8 +407,8 @@ TEST_F(ControlTest, SessionLimitsGoToTheEngineAtRunTimeAndOnReload) {
   EXPECT_EQ(c.set_setting("limits.connect_timeout_ms", "1500"), std::nullopt);
   EXPECT_EQ(c.config().connect_timeout_ms, 1'500u);
 
-  std::vector<Control::SessionLimits> seen;
-  c.set_limits_hook([&](const Control::SessionLimits& l) -> std::optional<std::string> {
+  std::vector<Control::LiveSettings> seen;
+  c.set_live_hook([&](const Control::LiveSettings& l) -> std::optional<std::string> {
     seen.push_back(l);
     if (l.sessions_max > 100) return std::string("limits.sessions_max: above 100");
     return std::nullopt;
@@ -418,7 +419,22 @@ TEST_F(ControlTest, SessionLimitsGoToTheEngineAtRunTimeAndOnReload) {
   EXPECT_EQ(seen[0].sessions_per_source_max, 10u);
   EXPECT_EQ(seen[0].prelude_sessions_max, 100u);
   EXPECT_EQ(seen[0].connect_timeout_ms, 1'500u);
+  EXPECT_EQ(seen[0].spill_queue_messages_max, config_.spill.queue_messages_max);
+  EXPECT_EQ(seen[0].drain_rate_per_second, 0u);
   EXPECT_EQ(c.setting("limits.sessions_max"), "40");
+
+  // The spill log's per-queue limits (beyond 32 bits) and the drainer's rate (0: no limit).
+  EXPECT_EQ(c.set_setting("spill.queue_bytes_max", "1099511627776"), std::nullopt);
+  EXPECT_EQ(seen.back().spill_queue_bytes_max, 1ull << 40);
+  EXPECT_EQ(c.config().spill.queue_bytes_max, 1ull << 40);
+  EXPECT_EQ(c.set_setting("spill.queue_messages_max", "2000000"), std::nullopt);
+  EXPECT_EQ(c.set_setting("drain.rate_per_second", "250"), std::nullopt);
+  EXPECT_EQ(seen.back().drain_rate_per_second, 250u);
+  EXPECT_EQ(seen.back().spill_queue_messages_max, 2'000'000u);
+  EXPECT_EQ(c.setting("drain.rate_per_second"), "250");
+  EXPECT_EQ(c.set_setting("drain.rate_per_second", "0"), std::nullopt);
+  EXPECT_TRUE(c.set_setting("drain.rate_per_second", "10000001"));
+  EXPECT_TRUE(c.set_setting("spill.queue_messages_max", "0"));
 
   // Refused by the hook: 400 with its reason, nothing recorded.
   std::optional<OpError> e = c.set_setting("limits.sessions_max", "101");
@@ -439,9 +455,11 @@ TEST_F(ControlTest, SessionLimitsGoToTheEngineAtRunTimeAndOnReload) {
   EXPECT_NE(e->message.find("from 1 to 600000"), std::string::npos) << e->message;
   EXPECT_EQ(seen.size(), calls);
 
-  // A reload: each changed limit goes to the hook; the one refused needs a restart, the others
-  // apply.
+  // A reload: each changed setting goes to the hook; the one refused needs a restart, the
+  // others apply.
   GatewayConfig next = config_;
+  next.spill.queue_messages_max = 2'000'000;  // as set at run time: unchanged
+  next.spill.queue_bytes_max = 1ull << 40;
   next.sessions_max = 500;           // refused
   next.sessions_per_source_max = 5;  // applies
   next.connect_timeout_ms = 1'500;   // as set at run time: unchanged, not sent
@@ -454,6 +472,14 @@ TEST_F(ControlTest, SessionLimitsGoToTheEngineAtRunTimeAndOnReload) {
   ASSERT_EQ(seen.size(), calls + 2);
   EXPECT_EQ(seen.back().sessions_per_source_max, 5u);
   EXPECT_EQ(seen.back().sessions_max, 40u);
+  // Spill and drain keys that are not live still need a restart, and say so.
+  next.spill.on_full = SpillOnFull::kDropOldest;
+  next.drain.window = 8;
+  restart.clear();
+  ASSERT_EQ(c.reload(next, Secrets{}, &restart), std::nullopt);
+  EXPECT_EQ(restart, (std::vector<std::string>{
+                         "spill (other than queue_messages_max and queue_bytes_max)",
+                         "drain (other than rate_per_second)", "limits.sessions_max: above 100"}));
 }
 
 TEST_F(ControlTest, ReloadAddsNodesAndWorkersPlaceOnThem) {

@@ -336,5 +336,23 @@ TEST(RateLimitTest, ZeroIsUnlimitedOtherwiseTokensArriveAtTheRate) {
   EXPECT_FALSE(r.take(later));
 }
 
+// drain.rate_per_second changed while the drainer runs.
+TEST(RateLimitTest, ANewRateAppliesFromTheNextToken) {
+  RateLimit r(10, 1);
+  const session::Nanos t0 = 5'000'000'000;
+  EXPECT_TRUE(r.take(t0));
+  EXPECT_FALSE(r.take(t0));
+  r.set_rate(1000);  // a token every millisecond
+  EXPECT_LE(r.next_at(t0), t0 + 1'001'000);
+  EXPECT_TRUE(r.take(t0 + 1'001'000));
+  r.set_rate(0);  // no limit
+  for (int i = 0; i < 100; ++i)
+    EXPECT_TRUE(r.take(t0 + 1'001'000));
+  r.set_rate(1);  // limited again: a full bucket (one token), then one a second
+  EXPECT_TRUE(r.take(t0 + 2'000'000));
+  EXPECT_FALSE(r.take(t0 + 2'000'000));
+  EXPECT_GT(r.next_at(t0 + 2'000'000), t0 + 900'000'000);
+}
+
 }  // namespace
 }  // namespace sluice::queue

@@ -226,8 +226,11 @@ class DrainerTest : public ::testing::Test {
     }));
   }
 
-  void start_drainer(uint16_t port, DrainRoute route = {}, uint32_t window = 8) {
+  void start_drainer(uint16_t port, DrainRoute route = {}, uint32_t window = 8,
+                     uint32_t rate_per_second = 0) {
     DrainerOptions o;
+    o.rate_per_second = rate_per_second;
+    o.rate_burst = 1;
     o.gateway_id = "gw1";
     o.login = "sluice";
     o.window = window;
@@ -291,6 +294,22 @@ TEST_F(DrainerTest, DeliversEveryQueueOnceInOrderAndEmptiesTheBacklog) {
   EXPECT_EQ(broker.logins(), std::vector<std::string>{"sluice@/"});
   EXPECT_EQ(drainer_->metrics().delivered.load(), 600u);
   EXPECT_EQ(drainer_->metrics().resent.load(), 0u);
+}
+
+// drain.rate_per_second changed while the drainer runs reaches the connection already open.
+TEST_F(DrainerTest, ARateChangedWhileRunningPacesTheOpenConnection) {
+  spill({"a"}, 50);
+  FakeBroker broker({});
+  start_drainer(broker.port(), {}, 8, /*rate_per_second=*/1);
+  EXPECT_EQ(drainer_->rate(), 1u);
+  ASSERT_TRUE(wait_until(10s, [&] { return broker.received().size() >= 1; }));
+  // One message a second, from a bucket of one: a slow machine only delivers fewer.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LE(broker.received().size(), 2u);
+  drainer_->set_rate(0);  // no limit: the rest goes
+  ASSERT_TRUE(wait_until(20s, [&] { return backlog() == 0; })) << backlog();
+  EXPECT_EQ(by_queue(broker.received())["/queue/a"], expected_bodies("a", 50));
+  EXPECT_EQ(drainer_->rate(), 0u);
 }
 
 TEST_F(DrainerTest, NeverHasMoreThanTheWindowWithoutReceiptAndTakesThemInAnyOrder) {

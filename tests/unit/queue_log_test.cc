@@ -219,6 +219,42 @@ TEST(SpillLog, QueueLimitRefusesWithSpillFullUntilDelivered) {
   EXPECT_EQ(append_wait(log->producer(0), 7, "/", "q", "", "m").status, AppendStatus::kDurable);
 }
 
+// The per-queue limits changed while the log runs (sluicectl set spill.queue_*_max): the next
+// appends are checked against them; messages already kept stay.
+TEST(SpillLog, QueueLimitsChangedWhileRunningApplyToTheNextAppends) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.queue_messages_max = 5;
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  EXPECT_EQ(log->queue_limits(), (SpillLog::QueueLimits{5, o.queue_bytes_max}));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(append_wait(log->producer(0), uint64_t(i), "/", "q", "", "m").status,
+              AppendStatus::kDurable);
+  // Lowered below what the queue holds: its three stay, the next is refused.
+  ASSERT_EQ(log->set_queue_limits(2, o.queue_bytes_max), std::nullopt);
+  EXPECT_EQ(append_wait(log->producer(0), 3, "/", "q", "", "m").status, AppendStatus::kQueueFull);
+  EXPECT_EQ(read_all(*log, "/", "q").size(), 3u);
+  // Raised above the value at start: appends go on past it.
+  ASSERT_EQ(log->set_queue_limits(8, o.queue_bytes_max), std::nullopt);
+  for (int i = 4; i < 9; ++i)
+    ASSERT_EQ(append_wait(log->producer(0), uint64_t(i), "/", "q", "", "m").status,
+              AppendStatus::kDurable)
+        << i;
+  EXPECT_EQ(append_wait(log->producer(0), 9, "/", "q", "", "m").status, AppendStatus::kQueueFull);
+  // The byte limit likewise: a record larger than it is refused.
+  ASSERT_EQ(log->set_queue_limits(100, 64), std::nullopt);
+  EXPECT_EQ(append_wait(log->producer(0), 10, "/", "other", "", std::string(200, 'x')).status,
+            AppendStatus::kQueueFull);
+  // Zeros are refused and change nothing.
+  EXPECT_TRUE(log->set_queue_limits(0, 64));
+  EXPECT_TRUE(log->set_queue_limits(100, 0));
+  EXPECT_EQ(log->queue_limits(), (SpillLog::QueueLimits{100, 64}));
+  EXPECT_EQ(log->metrics().refused_queue_full.load(), 3u);
+}
+
 // A refusal can open a batch (a full queue's append first, while the previous batch is being
 // written); the records placed after it must still go at the segment's write end, not where
 // the same batch buffer wrote two batches ago.
