@@ -164,6 +164,9 @@ int run(const std::string& path) {
     }
     users = std::get<std::shared_ptr<const sluice::gateway::UsersFile>>(loaded_users);
   }
+  // Every worker's SpillAuth follows this; a reload reads the users file again into it.
+  auto users_source = std::make_shared<sluice::gateway::UsersSource>(users);
+  const std::string users_path = config.spill.users_file;
   std::vector<std::unique_ptr<sluice::gateway::ReplicaRouter>> routers;
   std::vector<std::unique_ptr<sluice::gateway::ProducerSink>> sinks;
   std::vector<std::unique_ptr<sluice::gateway::SpillAuth>> auths;
@@ -173,7 +176,7 @@ int run(const std::string& path) {
         control.attach_worker(), directory, "uring" + std::to_string(i)));
     sinks.push_back(std::make_unique<sluice::gateway::ProducerSink>(spill->log().producer(i)));
     auths.push_back(
-        std::make_unique<sluice::gateway::SpillAuth>(users, config.spill.allow_anonymous));
+        std::make_unique<sluice::gateway::SpillAuth>(users_source, config.spill.allow_anonymous));
     parts.push_back({routers.back().get(), sinks.back().get(), auths.back().get()});
   }
   std::string engine_error;
@@ -229,12 +232,31 @@ int run(const std::string& path) {
       error = *e + " (the running config stays)";
       control.reload_failed(*error);
     } else {
+      // The users file the gateway started with is read again (another path needs a restart:
+      // control names spill.users_file among the keys that do); one that does not load refuses
+      // the whole reload, as a config file that does not load does.
+      std::shared_ptr<const sluice::gateway::UsersFile> reread;
+      if (!users_path.empty()) {
+        auto reloaded = sluice::gateway::UsersFile::load(users_path);
+        if (auto* bad = std::get_if<std::string>(&reloaded)) {
+          error = "spill.users_file: " + *bad + " (the running config stays)";
+          control.reload_failed(*error);
+          sd_notify(0, "READY=1");
+          return error;
+        }
+        reread = std::get<std::shared_ptr<const sluice::gateway::UsersFile>>(reloaded);
+      }
       auto [c, s] = std::move(std::get<0>(next));
       std::vector<std::string> restart_keys;
       error = control.reload(std::move(c), std::move(s), &restart_keys);
       if (error) {
         control.reload_failed(*error);
       } else {
+        if (reread) {
+          log_event(LogLevel::kInfo, "users_file_reloaded",
+                    {{"path", users_path}, {"users", std::to_string(reread->users().size())}});
+          users_source->set(std::move(reread));
+        }
         spill->set_nodes(control.config().nodes);
         if (auto bad = directory.set(control.config().nodes)) {
           log_event(LogLevel::kError, "reload_nodes", {{"error", *bad}});

@@ -495,7 +495,23 @@ SpillAuth::SpillAuth(std::shared_ptr<const UsersFile> users, bool allow_anonymou
   reset(std::move(users), allow_anonymous);
 }
 
+SpillAuth::SpillAuth(std::shared_ptr<UsersSource> source, bool allow_anonymous)
+    : source_(std::move(source)) {
+  init_sodium();
+  source_generation_ = source_->generation();
+  reset(source_->get(), allow_anonymous);
+}
+
+void SpillAuth::follow_source() {
+  if (!source_) return;
+  const uint64_t g = source_->generation();
+  if (g == source_generation_) return;
+  source_generation_ = g;
+  reset(source_->get(), allow_anonymous_);
+}
+
 void SpillAuth::reset(std::shared_ptr<const UsersFile> users, bool allow_anonymous) {
+  allow_anonymous_ = allow_anonymous;
   users_ = std::move(users);
   mode_ = users_            ? SpillAuthMode::kUsersFile
           : allow_anonymous ? SpillAuthMode::kAnonymous
@@ -510,6 +526,7 @@ void SpillAuth::reset(std::shared_ptr<const UsersFile> users, bool allow_anonymo
 
 bool SpillAuth::authenticate(std::optional<std::string_view> login,
                              std::optional<std::string_view> passcode) {
+  follow_source();
   if (mode_ == SpillAuthMode::kAnonymous) return true;
   if (mode_ == SpillAuthMode::kRefuseAll || !login || !passcode || passcode->empty()) {
     ++stats_.refused;
@@ -549,6 +566,7 @@ bool SpillAuth::authenticate(std::optional<std::string_view> login,
 }
 
 bool SpillAuth::authorize(std::string_view login, const session::QueueKey& key) {
+  follow_source();
   if (mode_ == SpillAuthMode::kAnonymous) return true;
   if (mode_ == SpillAuthMode::kUsersFile) {
     if (const UserEntry* user = users_->find(login)) {

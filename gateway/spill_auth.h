@@ -28,8 +28,10 @@
 #include <sodium.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -125,6 +127,29 @@ struct SpillAuthStats {
   uint64_t denied = 0;         // authorize() answered false
 };
 
+// The users file as it is now, shared by every worker's SpillAuth: a reload (SIGHUP) puts the
+// file it read again here, from the control thread, and each SpillAuth takes it up at its next
+// authenticate() or authorize() (one atomic load each).
+class UsersSource {
+ public:
+  explicit UsersSource(std::shared_ptr<const UsersFile> users) : users_(std::move(users)) {}
+  void set(std::shared_ptr<const UsersFile> users) {
+    std::lock_guard<std::mutex> l(mu_);
+    users_ = std::move(users);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  std::shared_ptr<const UsersFile> get() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return users_;
+  }
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const UsersFile> users_;
+  std::atomic<uint64_t> generation_{0};
+};
+
 // The SpillHooks of one worker thread: one instance per worker, all sharing one UsersFile. Not
 // thread-safe. authenticate() and authorize() do not allocate, except inside libsodium's argon2id
 // verification on a cache miss (kHashMemLimitBytes for the hashes sluicectl writes).
@@ -135,6 +160,11 @@ class SpillAuth final : public session::SpillHooks {
   // `users` set: kUsersFile (allow_anonymous is then ignored; the config refuses both). Else
   // kAnonymous when allow_anonymous, kRefuseAll otherwise.
   SpillAuth(std::shared_ptr<const UsersFile> users, bool allow_anonymous);
+  // The same, following `source`: a file set there replaces this one (and empties the login
+  // cache) before the next check, so an edited users file applies after a reload without
+  // dropping sessions. Logins already accepted stay; the ACL is checked against the new file
+  // at every SEND.
+  SpillAuth(std::shared_ptr<UsersSource> source, bool allow_anonymous);
 
   bool authenticate(std::optional<std::string_view> login,
                     std::optional<std::string_view> passcode) override;
@@ -155,7 +185,12 @@ class SpillAuth final : public session::SpillHooks {
     Digest digest{};
   };
 
+  void follow_source();  // takes up a file set in source_ since the last check
+
   std::shared_ptr<const UsersFile> users_;
+  std::shared_ptr<UsersSource> source_;
+  uint64_t source_generation_ = 0;
+  bool allow_anonymous_ = false;
   SpillAuthMode mode_ = SpillAuthMode::kRefuseAll;
   SpillAuthStats stats_;
   std::array<CacheEntry, kCacheEntries> cache_{};

@@ -21,6 +21,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gateway_util import (Failure, RawStomp, add_spill_user, connect_frame,  # noqa: E402
+                          frame)
 from rabbit_cluster import shared_cluster  # noqa: E402
 
 DELIVERED = 300  # messages for the queue whose owner is up
@@ -28,10 +30,6 @@ WAITING = 40  # messages for the queue whose owner is down
 START_TIMEOUT_S = 30
 DRAIN_TIMEOUT_S = 60
 PREFIX = "sluice-spillgw-%d-" % os.getpid()
-
-
-class Failure(Exception):
-    pass
 
 
 def check(cond, message):
@@ -66,6 +64,8 @@ class Test:
         self.down_queue = PREFIX + "down"
         self.proc = None
         self.log_path = os.path.join(work, "sluiced.log")
+        self.users_path = os.path.join(work, "spill-users")
+        self.listen_port = dead_port()
 
     def ctl(self, *args, expect=0):
         p = subprocess.run([self.sluicectl, "--socket", self.socket_path, *args],
@@ -88,7 +88,7 @@ state_dir = "{self.state_dir}"
 socket = "{self.socket_path}"
 log_level = "info"
 [listen]
-address = "127.0.0.1:{dead_port()}"
+address = "127.0.0.1:{self.listen_port}"
 [health]
 probe = "tcp"
 interval_ms = 300
@@ -98,6 +98,7 @@ fall = 1
 [spill]
 segment_bytes = 2097152
 max_bytes = 67108864
+users_file = "{self.users_path}"
 [drain]
 login = "{self.cluster.login}"
 passcode_file = "{self.cluster.passcode_file}"
@@ -155,6 +156,45 @@ node = "dead"
         if self.proc:
             self.log.close()
 
+    def spill_send(self, login, passcode):
+        """CONNECT and a SEND with a receipt to the queue whose owner is down (a spill session):
+        the frame that answers the SEND."""
+        r = RawStomp(self.listen_port)
+        try:
+            r.send(connect_frame(login, passcode) +
+                   frame("SEND", [("destination", "/queue/" + self.down_queue),
+                                  ("receipt", "r1")], b"from " + login.encode()))
+            f = r.read_frame()
+            check(f is not None and f.command == "CONNECTED", f"expected CONNECTED, got {f}")
+            return r.read_frame()
+        finally:
+            r.close()
+
+    def users_file_reload(self):
+        """A spill user added to the users file while sluiced runs can spill after a reload."""
+        f = self.spill_send("late", "late-pw")
+        check(f is not None and f.command == "ERROR"
+              and f.headers.get("message") == "authentication failed",
+              f"an unknown user's spill session got {f}")
+        add_spill_user(self.sluicectl, self.users_path, "late", "late-pw",
+                       [f"/:{self.down_queue}"], self.work)
+        self.ctl("reload")
+        check(re.search(r"event=users_file_reloaded path=\S+ users=2", open(self.log_path).read()),
+              "no users_file_reloaded line with 2 users")
+        f = self.spill_send("late", "late-pw")
+        check(f is not None and f.command == "RECEIPT" and f.headers.get("receipt-id") == "r1",
+              f"the user added before the reload got {f}")
+        f = self.spill_send("early", "early-pw")
+        check(f is not None and f.command == "RECEIPT", f"the first user after the reload got {f}")
+        # A users file that does not load refuses the reload; the running one stays.
+        with open(self.users_path, "a") as out:
+            out.write("bogus line\n")
+        p = self.ctl("reload", expect=1)
+        check("spill.users_file:" in p.stderr and "running config stays" in p.stderr,
+              f"reload with a broken users file: {p.stderr!r}")
+        f = self.spill_send("late", "late-pw")
+        check(f is not None and f.command == "RECEIPT", f"after a refused reload: {f}")
+
     def spill_rows(self):
         out = self.ctl("spill").stdout
         lines = [l for l in out.splitlines() if l.strip()]
@@ -178,6 +218,8 @@ node = "dead"
         # Spilled by an earlier run of the gateway: sluiced recovers them at start.
         self.fill(self.up_queue, DELIVERED)
         self.fill(self.down_queue, WAITING)
+        add_spill_user(self.sluicectl, self.users_path, "early", "early-pw",
+                       [f"/:{self.down_queue}"], self.work)
         self.start(self.write_config())
         log = open(self.log_path).read()
         check(re.search(r"event=spill_recovered .*messages=%d" % (DELIVERED + WAITING), log),
@@ -264,6 +306,7 @@ node = "dead"
               and m.get("sluice_spill_backlog_messages") == 0
               and 'sluice_spill_refusals_total{reason="spill_full"}' in m
               and "sluice_spill_batches_direct_total" in m, f"metrics: {m}")
+        self.users_file_reload()
         self.stop()
         self.cluster.delete_queue("/", self.up_queue)
         print(f"spill in sluiced: {DELIVERED} recovered messages delivered to RabbitMQ in order "

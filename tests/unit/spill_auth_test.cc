@@ -263,8 +263,33 @@ TEST(SpillAuth, CacheHitSkipsVerificationButStillRejectsAWrongPasscode) {
   EXPECT_EQ(auth.stats().cache_hits, 2u);
 }
 
+// Workers follow a UsersSource: a file set there (a reload) applies at their next check, login
+// cache emptied, rules at once.
+TEST(SpillAuth, FollowsTheUsersFileSetInItsSource) {
+  auto source = std::make_shared<UsersSource>(must_parse(alice_and_bob()));
+  SpillAuth a(source, false);
+  SpillAuth b(source, false);  // a second worker
+  EXPECT_TRUE(a.authenticate("alice", "alice-pw"));
+  EXPECT_TRUE(a.authenticate("alice", "alice-pw"));
+  EXPECT_EQ(a.stats().cache_hits, 1u);
+  EXPECT_TRUE(b.authorize("alice", QueueKey{"/", "orders", false}));
+  EXPECT_FALSE(a.authenticate("dave", "dave-pw"));
+  const uint64_t before = source->generation();
+  // dave added with a rule, alice's passcode changed and her orders rule gone.
+  source->set(must_parse("user alice " + hash_of("new-pw") + "\nallow alice / logs.*\nuser dave " +
+                         hash_of("dave-pw") + "\nallow dave / orders\n"));
+  EXPECT_EQ(source->generation(), before + 1);
+  EXPECT_FALSE(a.authenticate("alice", "alice-pw")) << "the cached login survived the reload";
+  EXPECT_TRUE(a.authenticate("alice", "new-pw"));
+  EXPECT_TRUE(a.authenticate("dave", "dave-pw"));
+  EXPECT_FALSE(b.authorize("alice", QueueKey{"/", "orders", false}));
+  EXPECT_TRUE(b.authorize("alice", QueueKey{"/", "logs.web", false}));
+  EXPECT_TRUE(b.authorize("dave", QueueKey{"/", "orders", false}));
+  EXPECT_FALSE(b.authenticate("bob", "bob-pw"));
+}
+
 TEST(SpillAuth, AnonymousModeLetsEveryoneSpillAnywhere) {
-  SpillAuth auth(nullptr, true);
+  SpillAuth auth(std::shared_ptr<const UsersFile>(), true);
   EXPECT_EQ(auth.mode(), SpillAuthMode::kAnonymous);
   EXPECT_TRUE(auth.authenticate(std::nullopt, std::nullopt));
   EXPECT_TRUE(auth.authenticate("anyone", "anything"));
@@ -274,7 +299,7 @@ TEST(SpillAuth, AnonymousModeLetsEveryoneSpillAnywhere) {
 }
 
 TEST(SpillAuth, WithoutUsersFileOrAnonymousEverythingIsRefused) {
-  SpillAuth auth(nullptr, false);
+  SpillAuth auth(std::shared_ptr<const UsersFile>(), false);
   EXPECT_EQ(auth.mode(), SpillAuthMode::kRefuseAll);
   EXPECT_FALSE(auth.authenticate(std::nullopt, std::nullopt));
   EXPECT_FALSE(auth.authenticate("alice", "alice-pw"));
