@@ -69,16 +69,10 @@ void set_live(GatewayConfig& c, const Live& l) {
   c.drain.rate_per_second = uint32_t(l.drain_rate_per_second);
 }
 
-std::optional<uint64_t> parse_u64(std::string_view s) {
-  uint64_t v = 0;
-  if (s.empty()) return std::nullopt;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-std::optional<uint32_t> parse_u32(std::string_view s) {
-  uint32_t v = 0;
+// A whole decimal number that fits in T, and nothing else.
+template <typename T>
+std::optional<T> parse_whole(std::string_view s) {
+  T v = 0;
   if (s.empty()) return std::nullopt;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
@@ -153,7 +147,7 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
       return bad("must be \"tcp\" or \"stomp\"");
     }
   } else if (key.starts_with("health.")) {
-    std::optional<uint32_t> v = parse_u32(value);
+    std::optional<uint32_t> v = parse_whole<uint32_t>(value);
     if (!v) return bad("must be a whole number, not \"" + std::string(value) + "\"");
     HealthConfig h = config_.health;
     if (key == "health.interval_ms") h.interval_ms = *v;
@@ -166,14 +160,14 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
     for (auto& n : nodes_)
       n->tracker.set_params(h.rise, h.fall);
   } else if (const LiveKey* live = live_key(key)) {
-    std::optional<uint64_t> v = parse_u64(value);
+    std::optional<uint64_t> v = parse_whole<uint64_t>(value);
     if (!v || *v < live->min || *v > live->max) {
       return bad("must be a whole number from " + std::to_string(live->min) + " to " +
                  std::to_string(live->max) + ", not \"" + std::string(value) + "\"");
     }
     if (std::optional<std::string> why = apply_live(key, *v)) return OpError{400, *why};
   } else {  // feed.rabbitmq.*
-    std::optional<uint32_t> v = parse_u32(value);
+    std::optional<uint32_t> v = parse_whole<uint32_t>(value);
     if (!v) return bad("must be a whole number, not \"" + std::string(value) + "\"");
     uint32_t interval = config_.rabbitmq_feed.interval_ms;
     uint32_t timeout = config_.rabbitmq_feed.timeout_ms;
