@@ -32,7 +32,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import idle_sessions  # noqa: E402
 from scenarios import gateway, report  # noqa: E402
-from scenarios.arrangements import (ARRANGEMENTS, Processes, Sink, Sluiced,  # noqa: E402
+from scenarios.arrangements import (ARRANGEMENTS, Processes, Relay, Sink, Sluiced,  # noqa: E402
                                     cpu_seconds, die_with_parent, pinned, run_delay_seconds)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,6 +96,8 @@ SCENARIOS = {
 }
 # `all` runs every scenario; `gateway` the issue 6 acceptance set.
 GATEWAY_SCENARIOS = ["bulk", "connect", "latency", "spill"]
+# ... and those of them that also run `relay`, the floor the acceptance text shows.
+GATEWAY_RELAY_SCENARIOS = ["bulk"]
 TOOL_CHECK_RATIO_MIN = 1.5
 
 
@@ -126,6 +128,8 @@ def parse_args(argv):
                    "in sluice-load's build directory)")
     p.add_argument("--spill-bench", help="spill_bench binary, the spill scenario's reference "
                    "(default: bench/spill_bench in sluice-load's build directory, if built)")
+    p.add_argument("--splice-relay", help="splice_relay binary, the `relay` arrangement "
+                   "(default: bench/splice_relay in sluice-load's build directory, if built)")
     p.add_argument("--idle-sessions", type=int, default=idle_sessions.DEFAULT_SESSIONS,
                    help="idle sessions to hold (gateway and all; default %(default)s, smoke "
                    f"{idle_sessions.SMOKE_SESSIONS})")
@@ -158,7 +162,8 @@ def parse_args(argv):
     a.sluice_load = os.path.abspath(a.sluice_load)
     build = os.path.dirname(os.path.dirname(os.path.dirname(a.sluice_load)))
     for opt, rel in (("sluiced", "gateway/sluiced"), ("sluicectl", "tools/sluicectl/sluicectl"),
-                     ("spill_bench", "bench/spill_bench")):
+                     ("spill_bench", "bench/spill_bench"),
+                     ("splice_relay", "bench/splice_relay")):
         given = getattr(a, opt)
         if given is not None and not os.access(given, os.X_OK):
             p.error(f"--{opt.replace('_', '-')}: {given} is not an executable file")
@@ -175,10 +180,18 @@ def parse_args(argv):
     if a.scenario == "gateway" and a.arrangements != ["direct", "haproxy", "sluiced"]:
         p.error("gateway: the acceptance compares direct, haproxy and sluiced; leave "
                 "--arrangements out")
+    if a.scenario == "gateway" and a.splice_relay is not None:
+        # bulk also runs the floor of any splicing proxy (bench/splice_relay), shown beside the
+        # acceptance table; the other scenarios do not need it
+        a.arrangements.append("relay")
     if "sluiced" in a.arrangements and not have_sluiced:
         p.error(f"sluiced arrangement: no sluiced or sluicectl found in {build} (pass --sluiced "
                 "PATH --sluicectl PATH)")
+    if "relay" in a.arrangements and a.splice_relay is None:
+        p.error(f"relay arrangement: no splice_relay found in {build} (build the benchmarks or "
+                "pass --splice-relay PATH)")
     Sluiced.binary, Sluiced.sluicectl = a.sluiced, a.sluicectl
+    Relay.binary = a.splice_relay
     if a.smoke:
         a.idle_sessions = idle_sessions.SMOKE_SESSIONS
     if a.no_pin or (os.cpu_count() or 1) < 2:
@@ -297,6 +310,8 @@ def run_scenario(args, name, procs, out_dir, record):
     """Runs one scenario, filling `record` as it goes (kept when interrupted)."""
     spec = SCENARIOS[name]
     arrangements = [a for a in args.arrangements if a in spec.get("only", args.arrangements)]
+    if args.scenario == "gateway" and name not in GATEWAY_RELAY_SCENARIOS:
+        arrangements = [a for a in arrangements if a != "relay"]
     if not arrangements:
         print(f"\n== {name}: skipped (needs the arrangement(s) {', '.join(spec['only'])})",
               flush=True)

@@ -298,8 +298,30 @@ allow_anonymous = true
 # The arrangements, in the order they run within each repetition (A B C A B C ...). The first
 # one is the reference of the ratios. A class starts its process(es) through Processes.start,
 # waits for its port, and sets .port, .commands and .pids.
+class Relay:
+    """bench/splice_relay: blocking splice(2) through a pipe, a thread per direction, nothing
+    else. Not a gateway: the floor of any proxy that splices, placed like the others, so that
+    a run shows what the machine leaves for one (bench/SCENARIOS.md). The binary is set by the
+    harness (`Relay.binary`)."""
+
+    name = "relay"
+    binary = None
+
+    def __init__(self, procs, sink, cpus, log_dir, options=None):
+        if not self.binary:
+            raise RuntimeError("relay arrangement: no splice_relay binary (--splice-relay)")
+        self.port = free_port()
+        cmd = pinned([self.binary, "--listen", f"127.0.0.1:{self.port}",
+                      "--upstream", f"127.0.0.1:{sink.port}"], cpus)
+        self.commands = [cmd]
+        self.proc = procs.start(f"relay-{self.port}", cmd)
+        wait_listening(self.port, self.proc, 10, "splice_relay")
+        self.pids = [self.proc.pid]
+
+
 ARRANGEMENTS = {
     "direct": Direct,
     "haproxy": HAProxy,
     "sluiced": Sluiced,
+    "relay": Relay,
 }

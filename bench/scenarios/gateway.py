@@ -45,14 +45,16 @@ def spill_reference(spill_bench, smoke, out_dir, cpus=None):
 
 
 def idle(args, procs):
-    """Memory per idle spliced session (bench/idle_sessions.py) with the arrangements here."""
-    ns, why = idle_sessions.plan(args.idle_sessions, args.arrangements)
+    """Memory per idle spliced session (bench/idle_sessions.py) with the arrangements here
+    (not the bulk floor's relay: it is no gateway)."""
+    arrangements = [a for a in args.arrangements if a != "relay"]
+    ns, why = idle_sessions.plan(args.idle_sessions, arrangements)
     rounds = 1 if args.smoke else 2
     print(f"\n== idle: memory per idle session, N = "
           + ", ".join(f"{name} {n:,}" for name, n in ns.items())
           + "".join(f" ({name}: {text})" for name, text in why.items()), flush=True)
     try:
-        result = idle_sessions.run(args.arrangements, ns, rounds, args.sluice_load, procs,
+        result = idle_sessions.run(arrangements, ns, rounds, args.sluice_load, procs,
                                    os.path.join(args.out, "idle"))
     except RuntimeError as e:
         return {"error": f"idle sessions: {e}", "sessions": ns.get("sluiced", ns["direct"])}
@@ -154,6 +156,22 @@ def acceptance(results):
     return rows
 
 
+def relay_floor(results):
+    """The bulk floor line: bench/splice_relay (blocking splice(2), a thread per direction,
+    nothing else) placed as the proxies are, against direct, in the same run: the most that
+    any proxy splicing on these cores can expect. None when bulk did not run it."""
+    sc = next((sc for sc in results["scenarios"] if sc["scenario"] == "bulk"), None)
+    if sc is None or "relay" not in sc.get("medians", {}) or "direct" not in sc["medians"]:
+        return None
+    d, r = sc["medians"]["direct"]["mib_s"], sc["medians"]["relay"]["mib_s"]
+    if not d or r is None:
+        return None
+    s = (sc["medians"].get("sluiced") or {}).get("mib_s")
+    return (f"bulk floor: splice_relay (blocking splice(2), no gateway work, placed as the "
+            f"proxies) {r:,.1f} / direct {d:,.1f} MiB/s = {r / d:.2f}"
+            + ("" if s is None else f"; sluiced / splice_relay {s / r:.2f}"))
+
+
 def _f(v, unit):
     if v is None:
         return "-"
@@ -173,6 +191,9 @@ def text(results):
                      f"{r['target']:>9}  {met}" + (f"  ({r['note']})" if r["note"] else ""))
     lines.append("ratio: sluiced / reference (memory: / 16 KiB); medians over the runs; "
                  "sluiced and HAProxy have the same number of worker threads")
+    floor = relay_floor(results)
+    if floor:
+        lines.append(floor)
     for key in ("spill_bench", "spill_bench_pinned"):
         sp = results.get(key) or {}
         if sp.get("line"):
