@@ -147,6 +147,7 @@ class Control {
     uint64_t sessions_per_source_max = 0;
     uint64_t prelude_sessions_max = 0;
     uint64_t connect_timeout_ms = 0;
+    uint64_t spill_max_bytes = 0;
     uint64_t spill_queue_messages_max = 0;
     uint64_t spill_queue_bytes_max = 0;
     uint64_t drain_rate_per_second = 0;

@@ -22,6 +22,7 @@ constexpr std::string_view kSettingKeys[] = {
     "limits.sessions_per_source_max",
     "limits.prelude_sessions_max",
     "limits.connect_timeout_ms",
+    "spill.max_bytes",
     "spill.queue_messages_max",
     "spill.queue_bytes_max",
     "drain.rate_per_second",
@@ -41,6 +42,7 @@ constexpr LiveKey kLiveKeys[] = {
     {"limits.sessions_per_source_max", 1, kLimitSessionsMax, &Live::sessions_per_source_max},
     {"limits.prelude_sessions_max", 1, kLimitSessionsMax, &Live::prelude_sessions_max},
     {"limits.connect_timeout_ms", 1, kLimitConnectTimeoutMsMax, &Live::connect_timeout_ms},
+    {"spill.max_bytes", 1, SpillConfig::kBytesCeiling, &Live::spill_max_bytes},
     {"spill.queue_messages_max", 1, SpillConfig::kMessagesCeiling, &Live::spill_queue_messages_max},
     {"spill.queue_bytes_max", 1, SpillConfig::kBytesCeiling, &Live::spill_queue_bytes_max},
     {"drain.rate_per_second", 0, DrainConfig::kRateMax, &Live::drain_rate_per_second},
@@ -53,9 +55,9 @@ const LiveKey* live_key(std::string_view key) {
 }
 
 Live live_of(const GatewayConfig& c) {
-  return Live{c.sessions_max,         c.sessions_per_source_max,  c.prelude_sessions_max,
-              c.connect_timeout_ms,   c.spill.queue_messages_max, c.spill.queue_bytes_max,
-              c.drain.rate_per_second};
+  return Live{c.sessions_max,          c.sessions_per_source_max, c.prelude_sessions_max,
+              c.connect_timeout_ms,    c.spill.max_bytes,         c.spill.queue_messages_max,
+              c.spill.queue_bytes_max, c.drain.rate_per_second};
 }
 
 // Only values within kLiveKeys' ranges reach here, so the narrowing casts keep them.
@@ -64,6 +66,7 @@ void set_live(GatewayConfig& c, const Live& l) {
   c.sessions_per_source_max = uint32_t(l.sessions_per_source_max);
   c.prelude_sessions_max = uint32_t(l.prelude_sessions_max);
   c.connect_timeout_ms = uint32_t(l.connect_timeout_ms);
+  c.spill.max_bytes = l.spill_max_bytes;
   c.spill.queue_messages_max = l.spill_queue_messages_max;
   c.spill.queue_bytes_max = l.spill_queue_bytes_max;
   c.drain.rate_per_second = uint32_t(l.drain_rate_per_second);
@@ -111,6 +114,10 @@ std::optional<std::string> Control::setting(std::string_view key) const {
 }
 
 std::optional<std::string> Control::apply_live(std::string_view key, uint64_t value) {
+  if (key == "spill.max_bytes" && value / 2 < config_.spill.segment_bytes) {
+    return "spill.max_bytes must be at least two segments: 2 x spill.segment_bytes = " +
+           std::to_string(2 * config_.spill.segment_bytes);
+  }
   Live l = live_of(config_);
   l.*(live_key(key)->field) = value;
   if (live_hook_) {
@@ -270,10 +277,9 @@ std::optional<std::string> Control::reload(GatewayConfig next, Secrets secrets,
   differs(next.queues_max != config_.queues_max, "limits.queues_max");
   const SpillConfig& ns = next.spill;
   const SpillConfig& os = config_.spill;
-  differs(ns.dir != os.dir || ns.max_bytes != os.max_bytes ||
-              ns.segment_bytes != os.segment_bytes || ns.on_full != os.on_full ||
+  differs(ns.dir != os.dir || ns.segment_bytes != os.segment_bytes || ns.on_full != os.on_full ||
               ns.users_file != os.users_file || ns.allow_anonymous != os.allow_anonymous,
-          "spill (other than queue_messages_max and queue_bytes_max)");
+          "spill (other than max_bytes, queue_messages_max and queue_bytes_max)");
   const DrainConfig& nd = next.drain;
   const DrainConfig& od = config_.drain;
   differs(nd.login != od.login || nd.passcode_file != od.passcode_file || nd.window != od.window ||

@@ -64,11 +64,11 @@ std::optional<std::string> ensure_dir(const std::string& dir, const char* key) {
 
 // Each session holds up to six descriptors (client, owner, two pipes) and each spill segment
 // one (two while it is written); raise the soft and, as root, the hard limit so that
-// sessions_max and a full spill log fit. Before the spill log's recovery opens its segments.
-void raise_fd_limit(const GatewayConfig& c) {
-  const uint64_t segments =
-      c.spill.segment_bytes > 0 ? c.spill.max_bytes / c.spill.segment_bytes + 2 : 0;
-  const rlim_t want = rlim_t(c.sessions_max) * 6 + rlim_t(segments) + 4096;
+// sessions_max and a full spill log fit. Before the spill log's recovery opens its segments,
+// and again when spill.max_bytes is raised while running (never lowered).
+void raise_fd_limit(uint64_t sessions_max, uint64_t spill_max_bytes, uint64_t segment_bytes) {
+  const uint64_t segments = segment_bytes > 0 ? spill_max_bytes / segment_bytes + 2 : 0;
+  const rlim_t want = rlim_t(sessions_max) * 6 + rlim_t(segments) + 4096;
   rlimit r{};
   if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= want) return;
   rlimit next{want, std::max(want, r.rlim_max)};
@@ -145,7 +145,7 @@ int run(const std::string& path) {
   Control control(io, config, secrets);
   if (auto e = control.load_state()) return fail(kExitStartFailed, *e);
 
-  raise_fd_limit(config);
+  raise_fd_limit(config.sessions_max, config.spill.max_bytes, config.spill.segment_bytes);
   // Recovery runs here, before anything takes traffic; a log that cannot be used stops the start.
   if (auto e = ensure_dir(config.spill_dir(), "spill.dir")) return fail(kExitStartFailed, *e);
   std::string spill_error;
@@ -204,12 +204,15 @@ int run(const std::string& path) {
 
   // Live settings set at run time or by a reload: limits.* reach the io_uring engine's workers
   // (in DPDK mode, the spill listener's; the lcore's flow limits are dpdk.*, fixed at start),
-  // spill.queue_*_max the spill log and drain.rate_per_second the drainer. Control's ranges
-  // keep every value within the narrower types.
+  // spill.max_bytes and spill.queue_*_max the spill log and drain.rate_per_second the drainer.
+  // Control's ranges keep every value within the narrower types.
   const uint32_t connect_timeout_at_start = config.connect_timeout_ms;
   const bool dpdk_mode = config.engine == EngineKind::kDpdk;
-  control.set_live_hook([&engine, &spill, connect_timeout_at_start,
-                         dpdk_mode](const Control::LiveSettings& l) -> std::optional<std::string> {
+  const uint64_t sessions_max_at_start = config.sessions_max;
+  const uint64_t segment_bytes = config.spill.segment_bytes;
+  control.set_live_hook([&engine, &spill, connect_timeout_at_start, dpdk_mode,
+                         sessions_max_at_start, segment_bytes](
+                            const Control::LiveSettings& l) -> std::optional<std::string> {
     if (dpdk_mode && l.connect_timeout_ms != connect_timeout_at_start) {
       return "limits.connect_timeout_ms: the DPDK engine's lcore keeps the value it started "
              "with (" +
@@ -220,8 +223,13 @@ int run(const std::string& path) {
                                      uint32_t(l.connect_timeout_ms)})) {
       return e;
     }
-    return spill->set_tuning(l.spill_queue_messages_max, l.spill_queue_bytes_max,
-                             uint32_t(l.drain_rate_per_second));
+    if (auto e = spill->set_tuning(l.spill_max_bytes, l.spill_queue_messages_max,
+                                   l.spill_queue_bytes_max, uint32_t(l.drain_rate_per_second))) {
+      return e;
+    }
+    // Room for the descriptors of a spill log that may now hold more segments.
+    raise_fd_limit(sessions_max_at_start, l.spill_max_bytes, segment_bytes);
+    return std::nullopt;
   });
 
   auto reload = [&]() -> std::optional<std::string> {

@@ -49,7 +49,7 @@ int64_t unix_ns_now() {
 }  // namespace
 
 SpillService::SpillService(const control::GatewayConfig& config)
-    : dir_(config.spill_dir()), max_bytes_(config.spill.max_bytes), nodes_(config.nodes) {}
+    : dir_(config.spill_dir()), nodes_(config.nodes) {}
 
 std::unique_ptr<SpillService> SpillService::open(const control::GatewayConfig& config,
                                                  const control::Secrets& secrets,
@@ -124,10 +124,14 @@ void SpillService::stop() {
   log_->stop();
 }
 
-std::optional<std::string> SpillService::set_tuning(uint64_t queue_messages_max,
+std::optional<std::string> SpillService::set_tuning(uint64_t max_bytes, uint64_t queue_messages_max,
                                                     uint64_t queue_bytes_max,
                                                     uint32_t drain_rate_per_second) {
+  // A refusal changes nothing: max_bytes is checked first, and set_queue_limits changes nothing
+  // when it refuses.
+  if (max_bytes / 2 < log_->options().segment_bytes) return log_->set_max_bytes(max_bytes);
   if (auto e = log_->set_queue_limits(queue_messages_max, queue_bytes_max)) return e;
+  (void)log_->set_max_bytes(max_bytes);
   drainer_->set_rate(drain_rate_per_second);
   return std::nullopt;
 }
@@ -166,7 +170,7 @@ std::optional<queue::DrainTarget> SpillService::route(std::string_view vhost,
 control::SpillTotals SpillService::totals() {
   control::SpillTotals t;
   t.dir = dir_;
-  t.max_bytes = max_bytes_;
+  t.max_bytes = log_->max_bytes();
   for (const queue::QueueStats& q : log_->queues()) {
     if (q.messages == 0 && q.pending == 0) continue;
     t.messages += q.messages;
@@ -275,7 +279,7 @@ std::string SpillService::metrics_text() {
   f.one("sluice_spill_disk_errors_total", "counter", "Write or sync errors of the spill log.",
         v(m.disk_errors));
   f.one("sluice_spill_disk_bytes", "gauge", "Bytes of all segment files.", v(m.disk_bytes));
-  f.one("sluice_spill_max_bytes", "gauge", "spill.max_bytes.", double(max_bytes_));
+  f.one("sluice_spill_max_bytes", "gauge", "spill.max_bytes.", double(log_->max_bytes()));
   f.one("sluice_spill_backlog_messages", "gauge", "Messages spilled and not yet delivered.",
         v(m.backlog_messages));
   f.one("sluice_spill_segments_deleted_total", "counter", "Fully delivered segments removed.",

@@ -38,10 +38,11 @@ class SpillService : public control::SpillAdmin {
   void stop();
   // After a reload added nodes: where the drainer finds them.
   void set_nodes(std::vector<control::NodeSpec> nodes);
-  // spill.queue_messages_max, spill.queue_bytes_max and drain.rate_per_second while running
-  // (any thread): empty when applied, otherwise why not (nothing changed).
-  std::optional<std::string> set_tuning(uint64_t queue_messages_max, uint64_t queue_bytes_max,
-                                        uint32_t drain_rate_per_second);
+  // spill.max_bytes, spill.queue_messages_max, spill.queue_bytes_max and
+  // drain.rate_per_second while running (any thread): empty when applied, otherwise why not
+  // (nothing changed).
+  std::optional<std::string> set_tuning(uint64_t max_bytes, uint64_t queue_messages_max,
+                                        uint64_t queue_bytes_max, uint32_t drain_rate_per_second);
   queue::SpillLog& log() { return *log_; }
 
   // control::SpillAdmin, on the control thread.
@@ -58,7 +59,6 @@ class SpillService : public control::SpillAdmin {
   std::optional<queue::DrainTarget> route(std::string_view vhost, std::string_view queue);
 
   std::string dir_;
-  uint64_t max_bytes_ = 0;
   std::unique_ptr<queue::SpillLog> log_;
   std::unique_ptr<queue::Drainer> drainer_;
   control::Control::Worker worker_;  // its replica is the drainer thread's alone

@@ -276,6 +276,13 @@ struct LogState {
   // any thread); the spill thread reads them at each append.
   std::atomic<uint64_t> queue_messages_max;
   std::atomic<uint64_t> queue_bytes_max;
+  // opt.max_bytes as it is now (SpillLog::set_max_bytes, any thread); read where a segment is
+  // created or prepared.
+  std::atomic<uint64_t> max_bytes;
+  bool segment_fits() const {
+    return metrics.disk_bytes.load(std::memory_order_relaxed) + opt.segment_bytes <=
+           max_bytes.load(std::memory_order_relaxed);
+  }
   int lock_fd = -1;
   int dir_fd = -1;
 

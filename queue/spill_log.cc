@@ -119,7 +119,8 @@ LogState::LogState(SpillLog& l, SpillOptions o)
       opt(std::move(o)),
       metrics(l.metrics_),
       queue_messages_max(opt.queue_messages_max),
-      queue_bytes_max(opt.queue_bytes_max) {}
+      queue_bytes_max(opt.queue_bytes_max),
+      max_bytes(opt.max_bytes) {}
 
 LogState::~LogState() {
   writer.reset();
@@ -223,6 +224,19 @@ std::optional<std::string> SpillLog::set_queue_limits(uint64_t messages_max, uin
   st_->queue_messages_max.store(messages_max, std::memory_order_relaxed);
   st_->queue_bytes_max.store(bytes_max, std::memory_order_relaxed);
   return std::nullopt;
+}
+
+std::optional<std::string> SpillLog::set_max_bytes(uint64_t max_bytes) {
+  if (max_bytes / 2 < st_->opt.segment_bytes) {
+    return "spill.max_bytes must be at least two segments: 2 x spill.segment_bytes = " +
+           std::to_string(2 * st_->opt.segment_bytes);
+  }
+  st_->max_bytes.store(max_bytes, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+uint64_t SpillLog::max_bytes() const {
+  return st_->max_bytes.load(std::memory_order_relaxed);
 }
 
 SpillLog::QueueLimits SpillLog::queue_limits() const {

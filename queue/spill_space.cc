@@ -160,9 +160,7 @@ void LogState::maybe_delete() {
 }
 
 bool LogState::make_room_for_segment(AppendStatus* refusal) {
-  auto fits = [&] {
-    return metrics.disk_bytes.load(std::memory_order_relaxed) + opt.segment_bytes <= opt.max_bytes;
-  };
+  auto fits = [&] { return segment_fits(); };
   if (fits()) return true;
   // Delivered segments waiting for their cursor write: write it now and delete them.
   maybe_delete();
@@ -245,7 +243,7 @@ bool LogState::create_segment(AppendStatus* refusal) {
   active = number;
   metrics.segments_created.fetch_add(1, std::memory_order_relaxed);
   // Prepare the next one now if it fits (its bytes count against max_bytes from now on).
-  if (metrics.disk_bytes.load(std::memory_order_relaxed) + opt.segment_bytes <= opt.max_bytes) {
+  if (segment_fits()) {
     metrics.disk_bytes.fetch_add(opt.segment_bytes, std::memory_order_relaxed);
     preparer->request(next_segment++, next_seq);
   }

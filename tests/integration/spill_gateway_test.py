@@ -240,6 +240,17 @@ node = "dead"
         p = self.ctl("set", "spill.queue_messages_max", "0", expect=1)
         check("spill.queue_messages_max: must be a whole number from 1 to" in p.stderr,
               f"set spill.queue_messages_max 0: {p.stderr!r}")
+        # spill.max_bytes: the spill log's cap, live; under two segments (2 x 2 MiB) refused.
+        check(self.ctl_json("spill")["max_bytes"] == 64 << 20, "spill.max_bytes at start")
+        p = self.ctl("set", "spill.max_bytes", str(4 << 20))
+        check(p.stdout == f"spill.max_bytes set to {4 << 20}\n", f"set said {p.stdout!r}")
+        p = self.ctl("set", "spill.max_bytes", str((4 << 20) - 1), expect=1)
+        check("spill.max_bytes must be at least two segments" in p.stderr,
+              f"set spill.max_bytes under two segments: {p.stderr!r}")
+        check(self.ctl_json("spill")["max_bytes"] == 4 << 20
+              and float(self.ctl_json("metrics").get("sluice_spill_max_bytes", 0)) == 4 << 20,
+              "spill.max_bytes after set")
+        self.ctl("set", "spill.max_bytes", str(64 << 20))
 
         # The owner that is up gets its backlog; the other queue waits.
         def delivered():

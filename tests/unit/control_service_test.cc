@@ -435,6 +435,22 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   EXPECT_EQ(c.set_setting("drain.rate_per_second", "0"), std::nullopt);
   EXPECT_TRUE(c.set_setting("drain.rate_per_second", "10000001"));
   EXPECT_TRUE(c.set_setting("spill.queue_messages_max", "0"));
+  // spill.max_bytes: at least two segments, checked before the hook.
+  const uint64_t segment = config_.spill.segment_bytes;
+  EXPECT_EQ(c.set_setting("spill.max_bytes", std::to_string(5 * segment)), std::nullopt);
+  EXPECT_EQ(seen.back().spill_max_bytes, 5 * segment);
+  EXPECT_EQ(c.config().spill.max_bytes, 5 * segment);
+  EXPECT_EQ(c.setting("spill.max_bytes"), std::to_string(5 * segment));
+  {
+    const size_t before = seen.size();
+    std::optional<OpError> small =
+        c.set_setting("spill.max_bytes", std::to_string(2 * segment - 1));
+    ASSERT_TRUE(small);
+    EXPECT_EQ(small->status, 400u);
+    EXPECT_NE(small->message.find("at least two segments"), std::string::npos) << small->message;
+    EXPECT_EQ(seen.size(), before);
+    EXPECT_EQ(c.config().spill.max_bytes, 5 * segment);
+  }
 
   // Refused by the hook: 400 with its reason, nothing recorded.
   std::optional<OpError> e = c.set_setting("limits.sessions_max", "101");
@@ -460,10 +476,11 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   GatewayConfig next = config_;
   next.spill.queue_messages_max = 2'000'000;  // as set at run time: unchanged
   next.spill.queue_bytes_max = 1ull << 40;
-  next.sessions_max = 500;           // refused
-  next.sessions_per_source_max = 5;  // applies
-  next.connect_timeout_ms = 1'500;   // as set at run time: unchanged, not sent
-  next.prelude_sessions_max = 100;   // unchanged
+  next.sessions_max = 500;             // refused
+  next.sessions_per_source_max = 5;    // applies
+  next.connect_timeout_ms = 1'500;     // as set at run time: unchanged, not sent
+  next.prelude_sessions_max = 100;     // unchanged
+  next.spill.max_bytes = 5 * segment;  // as set at run time: unchanged
   std::vector<std::string> restart;
   ASSERT_EQ(c.reload(next, Secrets{}, &restart), std::nullopt);
   EXPECT_EQ(restart, std::vector<std::string>{"limits.sessions_max: above 100"});
@@ -472,13 +489,20 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   ASSERT_EQ(seen.size(), calls + 2);
   EXPECT_EQ(seen.back().sessions_per_source_max, 5u);
   EXPECT_EQ(seen.back().sessions_max, 40u);
+  // spill.max_bytes changed by a reload applies.
+  next.spill.max_bytes = 7 * segment;
+  restart.clear();
+  ASSERT_EQ(c.reload(next, Secrets{}, &restart), std::nullopt);
+  EXPECT_EQ(restart, std::vector<std::string>{"limits.sessions_max: above 100"});
+  EXPECT_EQ(seen.back().spill_max_bytes, 7 * segment);
+  EXPECT_EQ(c.setting("spill.max_bytes"), std::to_string(7 * segment));
   // Spill and drain keys that are not live still need a restart, and say so.
   next.spill.on_full = SpillOnFull::kDropOldest;
   next.drain.window = 8;
   restart.clear();
   ASSERT_EQ(c.reload(next, Secrets{}, &restart), std::nullopt);
   EXPECT_EQ(restart, (std::vector<std::string>{
-                         "spill (other than queue_messages_max and queue_bytes_max)",
+                         "spill (other than max_bytes, queue_messages_max and queue_bytes_max)",
                          "drain (other than rate_per_second)", "limits.sessions_max: above 100"}));
 }
 

@@ -494,6 +494,58 @@ TEST(SpillLog, MaxBytesRefusesNewSegmentsThenRecoversAfterDelivery) {
   EXPECT_EQ(append_wait(log->producer(0), 1000, "/", "q", "", "x").status, AppendStatus::kDurable);
 }
 
+// spill.max_bytes set while the log runs (sluicectl set, a reload): a raise lets a full log take
+// appends again, a lowering refuses new segments once the one in use is full, and nothing that
+// was acknowledged is removed either way.
+TEST(SpillLog, MaxBytesChangedWhileRunningAppliesToTheNextSegment) {
+  TempDir t;
+  SpillOptions o = small_options(t.path());
+  o.segment_bytes = 16 << 10;
+  o.max_bytes = 3 * o.segment_bytes;
+  RecoveryReport rep;
+  auto log = open_log(o, &rep);
+  ASSERT_TRUE(log);
+  log->start();
+  EXPECT_EQ(log->max_bytes(), o.max_bytes);
+  int next = 0, durable = 0;
+  // Appends 1000-byte bodies until one is refused; returns how many were durable.
+  auto fill = [&] {
+    int ok = 0;
+    for (int n = 0; n < 400; ++n, ++next) {
+      const Completion c =
+          append_wait(log->producer(0), uint64_t(next), "/", "q", "", body_of(next, 1000));
+      if (c.status != AppendStatus::kDurable) {
+        EXPECT_EQ(c.status, AppendStatus::kSpillFull);
+        ++next;
+        return ok;
+      }
+      ++ok;
+    }
+    ADD_FAILURE() << "never refused";
+    return ok;
+  };
+  const int first = fill();
+  EXPECT_GT(first, 20);
+  durable += first;
+  // Raised: the full log takes appends again, up to the new size.
+  ASSERT_EQ(log->set_max_bytes(6 * o.segment_bytes), std::nullopt);
+  const int second = fill();
+  EXPECT_GT(second, 20);
+  durable += second;
+  EXPECT_LE(log->metrics().disk_bytes.load(), 6 * o.segment_bytes);
+  EXPECT_GT(log->metrics().disk_bytes.load(), 3 * o.segment_bytes);
+  // Lowered below what the segments take: nothing is removed, and appends stay refused.
+  ASSERT_EQ(log->set_max_bytes(2 * o.segment_bytes), std::nullopt);
+  EXPECT_EQ(append_wait(log->producer(0), uint64_t(next), "/", "q", "", body_of(next, 1000)).status,
+            AppendStatus::kSpillFull);
+  ++next;
+  EXPECT_EQ(read_all(*log, "/", "q").size(), size_t(durable));
+  // Under two segments is refused and changes nothing.
+  EXPECT_TRUE(log->set_max_bytes(2 * o.segment_bytes - 1));
+  EXPECT_EQ(log->max_bytes(), 2 * o.segment_bytes);
+  EXPECT_EQ(log->metrics().refused_spill_full.load(), 3u);
+}
+
 TEST(SpillLog, MaxBytesDropOldestDropsTheOldestSegment) {
   TempDir t;
   SpillOptions o = small_options(t.path());
