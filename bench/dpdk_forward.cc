@@ -128,11 +128,18 @@ dpdk::engine::FramePool& ForwardRig::pool() {
 }
 
 bool ForwardRig::fill(std::span<const uint8_t> frame, uint32_t count) {
+  const std::vector<uint8_t> one(frame.begin(), frame.end());
+  return fill(std::span(&one, 1), count);
+}
+
+bool ForwardRig::fill(std::span<const std::vector<uint8_t>> frames, uint32_t count) {
   rte_mbuf* mbufs[kBatch];
-  if (count > kBatch || rte_pktmbuf_alloc_bulk(pool_->mempool(), mbufs, count) != 0) {
+  if (frames.empty() || count > kBatch ||
+      rte_pktmbuf_alloc_bulk(pool_->mempool(), mbufs, count) != 0) {
     return false;
   }
   for (uint32_t i = 0; i < count; ++i) {
+    const std::vector<uint8_t>& frame = frames[i % frames.size()];
     char* p = rte_pktmbuf_append(mbufs[i], static_cast<uint16_t>(frame.size()));
     if (p == nullptr) {
       rte_pktmbuf_free_bulk(mbufs, count);
@@ -166,6 +173,13 @@ std::span<dpdk::engine::Frame*> IoForward::take_tx() {
 
 ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,
                           std::span<const uint8_t> template_frame, const ForwardOptions& options) {
+  const std::vector<uint8_t> one(template_frame.begin(), template_frame.end());
+  return run_forward(rig, handler, std::span(&one, 1), options);
+}
+
+ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,
+                          std::span<const std::vector<uint8_t>> templates,
+                          const ForwardOptions& options) {
   const dpdk::port::RxSource rx[] = {{rig.rx_.get(), 0}};
   Port* const tx[] = {rig.tx_.get()};
   LcoreLoop loop(rx, tx, 0, handler);
@@ -175,7 +189,7 @@ ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,
   while (received < options.packets && !clock.expired(options.seconds_max)) {
     const auto count =
         static_cast<uint32_t>(std::min<uint64_t>(kBatch, options.packets - received));
-    if (!rig.fill(template_frame, count)) break;
+    if (!rig.fill(templates, count)) break;
     const uint64_t target = received + count;
     const uint64_t t0 = rte_rdtsc();
     while (loop.counters().rx < target) {

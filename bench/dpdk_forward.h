@@ -52,11 +52,13 @@ class ForwardRig {
   dpdk::engine::FramePool& pool();
   // Copies the template into `count` mbufs and enqueues them behind the rx port (untimed).
   bool fill(std::span<const uint8_t> frame, uint32_t count);
+  // The same with several templates, taken in turn.
+  bool fill(std::span<const std::vector<uint8_t>> frames, uint32_t count);
 
  private:
   ForwardRig() = default;
   friend ForwardResult run_forward(ForwardRig&, dpdk::engine::BurstHandler&,
-                                   std::span<const uint8_t>, const ForwardOptions&);
+                                   std::span<const std::vector<uint8_t>>, const ForwardOptions&);
 
   rte_ring* ring_ = nullptr;
   std::string ring_device_;
@@ -88,18 +90,24 @@ class IoForward final : public dpdk::engine::BurstHandler {
 ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,
                           std::span<const uint8_t> template_frame,
                           const ForwardOptions& options = {});
+// The same with copies of several templates in turn (e.g. segments of several flows).
+ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,
+                          std::span<const std::vector<uint8_t>> templates,
+                          const ForwardOptions& options = {});
 
 // The same traffic forwarded with bare rte_eth_rx_burst + rte_eth_tx_burst, as testpmd's io
 // mode does: what the driver and handler cost is the gap between the two.
 ForwardResult run_ethdev_forward(ForwardRig& rig, std::span<const uint8_t> template_frame,
                                  const ForwardOptions& options = {});
 
-// The floor of any packet-level splicer, for reading the splice target: bare ethdev calls as
-// above, and on each frame only what every full-NAT splice must do, with none of the engine's
-// checks (state, options, windows, counters): Ethernet/IPv4/TCP type fields, a flow::TupleMap
-// lookup of the 4-tuple, new MACs, addresses and ports, sequence and acknowledgment numbers
-// moved by fixed deltas, and both checksums updated incrementally (RFC 1624). The template must
-// be an Ethernet/IPv4/TCP frame without IP options; its tuple is the one flow.
+// The rewrite alone, for reading the splice's figure: bare ethdev calls as above, and on each
+// frame only what every full-NAT splice must do, with none of the engine's checks (state,
+// options, windows, counters): Ethernet/IPv4/TCP type fields, a flow::TupleMap lookup of the
+// 4-tuple, new MACs, addresses and ports, sequence and acknowledgment numbers moved by fixed
+// deltas, and both checksums updated incrementally (RFC 1624). Not a floor: the engine's fast
+// path, which remembers its last flow instead of hashing every frame's tuple, runs faster on
+// one flow. The template must be an Ethernet/IPv4/TCP frame without IP options; its tuple is
+// the one flow.
 ForwardResult run_bare_rewrite(ForwardRig& rig, std::span<const uint8_t> template_frame,
                                const ForwardOptions& options = {});
 

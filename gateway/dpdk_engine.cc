@@ -79,6 +79,11 @@ class LcoreHandler final : public engine::BurstHandler {
 
   void burst(std::span<engine::Frame*> rx, uint64_t now_ns) override { lcore_.burst(rx, now_ns); }
   std::span<engine::Frame*> take_tx() override { return lcore_.take_tx(); }
+  bool has_fast_path() const override { return lcore_.has_fast_path(); }
+  size_t fast(uint16_t port, std::span<const engine::RxView> rx, uint16_t* out_port,
+              uint64_t now_ns) override {
+    return lcore_.fast(port, rx, out_port, now_ns);
+  }
   void tick(uint64_t now_ns) override {
     lcore_.tick(now_ns);
     if (now_ns - last_poll_ns_ >= kRouterPollNs) {
@@ -302,6 +307,8 @@ std::string DpdkEngine::metrics_text() const {
       {"sluice_dpdk_established_path_total",
        "Segments of spliced flows rewritten without the general parse and dispatch.",
        k.established_path},
+      {"sluice_dpdk_fast_path_total",
+       "Of those, segments the driver's fast path rewrote where they were received.", k.fast_path},
       {"sluice_dpdk_binding_parked_total",
        "Client segments held while their flow bound, sent on at the splice.", k.binding_parked},
       {"sluice_dpdk_binding_park_full_total",

@@ -142,16 +142,20 @@ inline Frame* copy_in(engine::FramePool& pool, std::span<const uint8_t> bytes, u
 
 // What the lcore sent since the last call, parsed (checksums verified) and copied; the frames
 // go back to `pool`, as a port would free them after transmitting.
+inline Sent sent_of(const Frame* f) {
+  Sent s;
+  s.port = f->port;
+  s.bytes.assign(f->data, f->data + f->len);
+  net::ParseOptions po;
+  po.verify_tcp_checksum = true;
+  s.parsed = net::parse(s.bytes, po, &s.p);
+  return s;
+}
+
 inline std::vector<Sent> take_sent(engine::Lcore& lcore, engine::FramePool& pool) {
   std::vector<Sent> out;
   for (Frame* f : lcore.take_tx()) {
-    Sent s;
-    s.port = f->port;
-    s.bytes.assign(f->data, f->data + f->len);
-    net::ParseOptions po;
-    po.verify_tcp_checksum = true;
-    s.parsed = net::parse(s.bytes, po, &s.p);
-    out.push_back(std::move(s));
+    out.push_back(sent_of(f));
     pool.free(f);
   }
   return out;
@@ -192,6 +196,34 @@ class Bench {
   std::vector<Sent> deliver(std::span<const uint8_t> bytes, uint16_t port) {
     return deliver(std::vector<Frame*>{pool.frame(bytes, port)});
   }
+  // Delivers frames as port::LcoreLoop does: each run of frames from one port is an rx burst,
+  // offered to the fast path first (Lcore::fast), its frames sent as they are, the rest of the
+  // burst handed to burst(). Returns what was sent, in the order the driver would send it.
+  std::vector<Sent> deliver_as_driver(const std::vector<Frame*>& frames) {
+    std::vector<Sent> all;
+    for (size_t at = 0; at < frames.size();) {
+      size_t end = at + 1;
+      while (end < frames.size() && frames[end]->port == frames[at]->port)
+        ++end;
+      std::vector<engine::RxView> views;
+      for (size_t i = at; i < end; ++i)
+        views.push_back({frames[i]->data, frames[i]->len});
+      std::vector<uint16_t> out_ports(views.size());
+      const size_t fast = lcore->fast(frames[at]->port, views, out_ports.data(), now_ns);
+      for (size_t i = 0; i < fast; ++i) {
+        frames[at + i]->port = out_ports[i];
+        all.push_back(sent_of(frames[at + i]));
+        pool.free(frames[at + i]);
+      }
+      fast_taken += fast;
+      std::vector<Frame*> rest(frames.begin() + long(at + fast), frames.begin() + long(end));
+      if (!rest.empty()) lcore->burst(std::span<Frame*>(rest), now_ns);
+      for (Sent& s : collect())
+        all.push_back(std::move(s));
+      at = end;
+    }
+    return all;
+  }
   // Moves the clock and runs the timers.
   std::vector<Sent> advance_ms(uint64_t ms) {
     std::vector<Sent> all;
@@ -217,6 +249,7 @@ class Bench {
   ScriptedRouter router;
   uint64_t now_ns = 1'000'000'000'000;  // 1000 s: cookie slots well away from 0
   std::unique_ptr<engine::Lcore> lcore;
+  uint64_t fast_taken = 0;  // frames deliver_as_driver() sent by the fast path
 };
 
 // One TCP endpoint on the wire: builds its segments, tracks its sequence numbers.
@@ -344,6 +377,9 @@ inline const std::string kOwnerConnected =
 struct OwnerSide {
   uint16_t port_id = 1;
   net::MacAddr gw_mac = kPort1Mac;
+  // What the owner's SYN-ACK offers.
+  std::optional<uint8_t> wscale = 9;
+  bool timestamps = true;
 };
 
 struct Spliced {
@@ -399,6 +435,8 @@ inline Spliced splice_session(engine::Lcore& lcore, engine::FramePool& pool, End
   Endpoint owner = make_owner(syns[0]);
   owner.port_id = owner_side.port_id;
   owner.gw_mac = owner_side.gw_mac;
+  owner.wscale = owner_side.wscale;
+  owner.timestamps = owner_side.timestamps;
   out = deliver(owner.segment(net::kSyn | net::kAck), owner.port_id);
   owner.snd_nxt = owner.isn + 1;
   const std::vector<Sent> replay = tcp_to(out, owner.port_id);

@@ -2,8 +2,9 @@
 // the clock against one lcore (well-formed segments at fuzzed sequence numbers, fuzzed STOMP
 // bytes, raw and corrupted frames, route changes). Checks: no crash or sanitizer report, every
 // frame returns to the pool, the flow limits hold, and every flow ends by its deadlines. A
-// second lcore with the established-flow path switched off takes the same script: both must
-// send the same frames, byte for byte.
+// second lcore with the established-flow path switched off takes the same script, and a third
+// takes it as the DPDK driver delivers frames (the fast path first, Lcore::fast): all must send
+// the same frames, byte for byte.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
@@ -51,11 +52,12 @@ engine::LcoreConfig fuzz_config(bool established_path) {
 struct World {
   Bench b{fuzz_config(true)};
   Bench g{fuzz_config(false)};  // every segment through the general parse and dispatch
+  Bench f{fuzz_config(true)};   // delivered as the driver does: Lcore::fast first
   std::vector<Endpoint> clients;
   std::map<uint16_t, Endpoint> owners;  // by the gateway's local port
 
   World() {
-    for (Bench* x : {&b, &g}) {
+    for (Bench* x : {&b, &g, &f}) {
       x->lcore->add_neighbor(kOwnerIp, kOwnerMac);
       x->lcore->add_neighbor(kSpillIp, kSpillMac);
     }
@@ -64,33 +66,46 @@ struct World {
   }
 
   // What `b` sent, checked against what `g` sent for the same input.
-  static std::vector<Sent> same(std::vector<Sent> out, const std::vector<Sent>& general) {
+  // What `b` sent, checked against what `g` and `f` sent for the same input.
+  static std::vector<Sent> same(std::vector<Sent> out, const std::vector<Sent>& general,
+                                const std::vector<Sent>& driver) {
     check(out.size() == general.size(), "the established-flow path sent another number of frames");
+    check(driver.size() == general.size(), "the fast path sent another number of frames");
     for (size_t i = 0; i < out.size(); ++i) {
       check(out[i].port == general[i].port && out[i].bytes == general[i].bytes,
             "the established-flow path sent another frame than the general path");
+      check(driver[i].port == general[i].port && driver[i].bytes == general[i].bytes,
+            "the fast path sent another frame than the general path");
     }
     return out;
   }
   std::vector<Sent> deliver(std::span<const uint8_t> bytes, uint16_t port) {
     std::vector<Sent> out = b.deliver(bytes, port);
-    return same(std::move(out), g.deliver(bytes, port));
+    std::vector<Sent> general = g.deliver(bytes, port);
+    return same(std::move(out), general, f.deliver_as_driver({f.pool.frame(bytes, port)}));
   }
   std::vector<Sent> advance_ms(uint64_t ms) {
     std::vector<Sent> out = b.advance_ms(ms);
-    return same(std::move(out), g.advance_ms(ms));
+    std::vector<Sent> general = g.advance_ms(ms);
+    return same(std::move(out), general, f.advance_ms(ms));
   }
   std::vector<Sent> jump_ms(uint64_t ms) {
     std::vector<Sent> out = b.jump_ms(ms);
-    return same(std::move(out), g.jump_ms(ms));
+    std::vector<Sent> general = g.jump_ms(ms);
+    return same(std::move(out), general, f.jump_ms(ms));
   }
-  void route(const engine::Target& t) { b.router.target = g.router.target = t; }
+  void route(const engine::Target& t) { b.router.target = g.router.target = f.router.target = t; }
 
   void take(std::vector<Sent> out) {
     check(b.lcore->flows() == g.lcore->flows() &&
               b.lcore->lingering_flows() == g.lcore->lingering_flows() &&
               b.lcore->parked_frames() == g.lcore->parked_frames(),
           "the established-flow path left other flows than the general path");
+    check(f.lcore->flows() == g.lcore->flows() &&
+              f.lcore->lingering_flows() == g.lcore->lingering_flows() &&
+              f.lcore->parked_frames() == g.lcore->parked_frames(),
+          "the fast path left other flows than the general path");
+    check(f.pool.outstanding() == f.lcore->parked_frames(), "a frame did not return to the pool");
     // Only the segments binding flows hold stay out between bursts, within their limits.
     check(b.pool.outstanding() == b.lcore->parked_frames(), "a frame did not return to the pool");
     check(b.lcore->parked_frames() <= b.config.parked_frames_max, "parked_frames_max exceeded");

@@ -1419,13 +1419,159 @@ TEST_F(SplicerStates, ReplaySegmentsLeaveRoomForTheTimestampOption) {
   EXPECT_EQ(bytes, connect_out.size() + 1400);
 }
 
+// ---- the driver's fast path (Lcore::fast) ---------------------------------------------------
+
+// Lcore::fast over the frames as the driver offers them; returns how many it took and the
+// ports it gave them.
+std::pair<size_t, std::vector<uint16_t>> offer(engine::Lcore& lcore, uint16_t port,
+                                               const std::vector<Frame*>& frames, uint64_t now_ns) {
+  std::vector<engine::RxView> views;
+  for (Frame* f : frames)
+    views.push_back({f->data, f->len});
+  std::vector<uint16_t> out(frames.size(), 0xffff);
+  const size_t n = lcore.fast(port, views, out.data(), now_ns);
+  out.resize(n);
+  return {n, out};
+}
+
+class FastPath : public Splicer {
+ protected:
+  // A spliced session whose sequence maps are down to their bases, as the fast path wants
+  // them: the owner has acknowledged the replay and the client the injected CONNECTED.
+  Endpoint settle(Endpoint& c) {
+    Endpoint o = splice(c);
+    for (const Sent& s : b().deliver(o.segment(net::kAck), 1))
+      c.receive(s);
+    for (const Sent& s : b().deliver(c.data("x"), 0))
+      o.receive(s);
+    return o;
+  }
+  // Frees what offer() took (a port would after sending it) and hands the rest to burst().
+  void finish(const std::vector<Frame*>& frames, size_t taken) {
+    for (size_t i = 0; i < taken; ++i)
+      b().pool.free(frames[i]);
+    std::vector<Frame*> rest(frames.begin() + long(taken), frames.end());
+    if (!rest.empty()) b().deliver(rest);
+  }
+};
+
+TEST_F(FastPath, TakesSegmentsFromTheFrontAndStopsAtTheFirstItLeaves) {
+  Endpoint c = make_client();
+  Endpoint o = settle(c);
+  const engine::LcoreCounters before = b().lcore->counters();
+  std::vector<Frame*> frames = {b().pool.frame(c.data("one"), 0),
+                                b().pool.frame(c.segment(net::kAck), 0),
+                                b().pool.frame(c.data("two", net::kFin), 0),  // FIN: general path
+                                b().pool.frame(c.data("three"), 0)};
+  const auto [taken, ports] = offer(*b().lcore, 0, frames, b().now_ns);
+  EXPECT_EQ(taken, 2u);
+  EXPECT_EQ(ports, (std::vector<uint16_t>{1, 1}));
+  // The first one is rewritten for the owner leg: the bytes a general-path rewrite would give
+  // (its checksums verify and it reads as the owner expects).
+  const Sent s = sent_of(frames[0]);
+  ASSERT_TRUE(s.tcp());
+  EXPECT_EQ(s.p.dst_ip, kOwnerIp);
+  EXPECT_EQ(s.p.dst_port, o.tcp_port);
+  EXPECT_EQ(s.p.seq, o.rcv_nxt);
+  EXPECT_EQ(s.payload(), "one");
+  const engine::LcoreCounters& after = b().lcore->counters();
+  EXPECT_EQ(after.fast_path - before.fast_path, 2u);
+  EXPECT_EQ(after.c2o_packets - before.c2o_packets, 2u);
+  EXPECT_EQ(after.c2o_bytes - before.c2o_bytes, 3u);
+  finish(frames, taken);
+  EXPECT_EQ(b().lcore->counters().fast_path - before.fast_path, 2u);
+  EXPECT_EQ(b().lcore->counters().c2o_packets - before.c2o_packets, 4u);
+}
+
+TEST_F(FastPath, LeavesWhatTheGeneralPathMustSee) {
+  Endpoint c = make_client();
+  Endpoint o = settle(c);
+  std::vector<uint8_t> bad_ip = c.data("y");
+  bad_ip[net::kEthernetBytes + 8] ^= 1;  // TTL: the header checksum no longer verifies
+  const net::SackBlock sack[] = {{o.snd_nxt + 10, o.snd_nxt + 20}};
+  const std::vector<std::pair<std::vector<uint8_t>, uint16_t>> cases = {
+      {bad_ip, 0},
+      {c.segment(net::kAck, {}, std::nullopt, sack), 0},  // SACK blocks
+      {c.segment(net::kRst | net::kAck), 0},
+      {c.data("z"), 1},  // on a port whose MAC it is not addressed to
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    Frame* f = b().pool.frame(cases[i].first, cases[i].second);
+    EXPECT_EQ(offer(*b().lcore, cases[i].second, {f}, b().now_ns).first, 0u);
+    b().pool.free(f);
+  }
+  // A frame the driver could not make contiguous (len 0) and one from the exception port.
+  Frame* f = b().pool.frame(c.data("w"), 0);
+  std::vector<engine::RxView> views = {{f->data, 0}};
+  uint16_t out = 0;
+  EXPECT_EQ(b().lcore->fast(0, views, &out, b().now_ns), 0u);
+  b().pool.free(f);
+  EXPECT_EQ(b().lcore->counters().fast_path, 0u);
+
+  engine::LcoreConfig cfg = default_config();
+  cfg.exception_port = 1;
+  rebuild(cfg);
+  Endpoint c2 = make_client();
+  settle(c2);
+  Frame* g = b().pool.frame(c2.data("v"), 1);
+  std::memcpy(g->data, kPort1Mac.bytes.data(), 6);
+  EXPECT_EQ(offer(*b().lcore, 1, {g}, b().now_ns).first, 0u);
+  b().pool.free(g);
+  Frame* h = b().pool.frame(c2.data("u"), 0);
+  EXPECT_EQ(offer(*b().lcore, 0, {h}, b().now_ns).first, 1u);
+  b().pool.free(h);
+}
+
+TEST_F(FastPath, RepeatedPureAckGoesToTheAckStormCheck) {
+  Endpoint c = make_client();
+  settle(c);
+  Frame* first = b().pool.frame(c.segment(net::kAck), 0);
+  EXPECT_EQ(offer(*b().lcore, 0, {first}, b().now_ns).first, 1u);
+  b().pool.free(first);
+  Frame* again = b().pool.frame(c.segment(net::kAck), 0);
+  EXPECT_EQ(offer(*b().lcore, 0, {again}, b().now_ns).first, 0u);
+  finish({again}, 0);
+  c.window = uint16_t(c.window + 1);  // a window update is a new ACK
+  Frame* update = b().pool.frame(c.segment(net::kAck), 0);
+  EXPECT_EQ(offer(*b().lcore, 0, {update}, b().now_ns).first, 1u);
+  b().pool.free(update);
+}
+
+// The fast path remembers its last flow; a flow freed and its slot taken by another session
+// must not be found that way.
+TEST_F(FastPath, AFreedFlowIsNotFoundThroughTheLastLookup) {
+  Endpoint a = make_client(40001, 0x10000000);
+  Endpoint oa = settle(a);
+  Frame* f = b().pool.frame(a.data("a"), 0);
+  ASSERT_EQ(offer(*b().lcore, 0, {f}, b().now_ns).first, 1u);
+  b().pool.free(f);
+  b().deliver(a.segment(net::kRst | net::kAck), 0);
+  b().advance_ms(b().config.reset_linger_ms + 1);
+  ASSERT_EQ(b().lcore->flows(), 0u);
+  Endpoint c = make_client(40002, 0x20000000);
+  settle(c);
+  ASSERT_EQ(b().lcore->flows(), 1u);
+  Frame* stale = b().pool.frame(a.data("late"), 0);
+  EXPECT_EQ(offer(*b().lcore, 0, {stale}, b().now_ns).first, 0u);
+  finish({stale}, 0);
+  Frame* fresh = b().pool.frame(c.data("c"), 0);
+  EXPECT_EQ(offer(*b().lcore, 0, {fresh}, b().now_ns).first, 1u);
+  b().pool.free(fresh);
+  (void)oa;
+}
+
 // ---- the established-flow path -------------------------------------------------------------
 
-// Two lcores that differ only in LcoreConfig::established_path take the same spliced session
-// and the same bursts (data and ACKs both ways, with and without timestamps, SACK, window
-// changes, retransmissions, corrupt, VLAN-tagged and broadcast frames, FIN, RST and a new SYN
-// on the lingering tuple, several frames per burst so that both paths alternate within one),
-// from a fixed seed: both must send the same frames, byte for byte, and end in the same states.
+// Three lcores take the same spliced session and the same bursts (data and ACKs both ways,
+// with and without timestamps, SACK, window changes, retransmissions, corrupt, VLAN-tagged and
+// broadcast frames, FIN, RST and a new SYN on the lingering tuple, the client's frames on
+// another port, several frames per burst so that the paths alternate within one), from a fixed
+// seed: one with the established-flow path, one with LcoreConfig::established_path off (every
+// frame through the general parse and dispatch), and one delivered as the DPDK driver does
+// (the fast path first, Lcore::fast). All must send the same frames, byte for byte, and end in
+// the same states. The seeds also vary the legs' options: window scales equal or not, or not
+// used, and timestamps on the owner leg or not.
 TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
   engine::LcoreConfig on_config = default_config();
   engine::LcoreConfig off_config = default_config();
@@ -1434,13 +1580,29 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Bench on(on_config);
     Bench off(off_config);
-    const Endpoint fresh = make_client(uint16_t(40000 + seed));
+    Bench fast(on_config);
+    Endpoint fresh = make_client(uint16_t(40000 + seed));
+    OwnerSide owner_side;
+    switch (seed % 4) {
+      case 0:  // the client does not scale its window
+        fresh.wscale = std::nullopt;
+        break;
+      case 1:  // the owner scales by what the client does: no rescaling
+        owner_side.wscale = on_config.window_scale;
+        fresh.wscale = on_config.window_scale;
+        break;
+      case 2:  // the owner does not use timestamps
+        owner_side.timestamps = false;
+        break;
+      default:
+        break;
+    }
     Endpoint c;
     std::optional<Endpoint> o;
-    for (Bench* b : {&on, &off}) {
+    for (Bench* b : {&on, &off, &fast}) {
       b->lcore->add_neighbor(kOwnerIp, kOwnerMac);
       Endpoint copy = fresh;
-      const Spliced r = splice_session(*b->lcore, b->pool, copy, b->now_ns);
+      const Spliced r = splice_session(*b->lcore, b->pool, copy, b->now_ns, owner_side);
       ASSERT_TRUE(r.owner.has_value()) << r.error;
       if (!o) {
         o = r.owner;
@@ -1473,7 +1635,7 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
       const uint32_t n = 1 + pick(6);
       for (uint32_t i = 0; i < n; ++i) {
         Endpoint& e = pick(2) == 0 ? c : *o;
-        const uint16_t port = &e == &c ? 0 : 1;
+        const uint16_t port = e.port_id;
         const std::string payload(pick(3) == 0 ? 0 : 1 + pick(1400), char('a' + pick(26)));
         e.timestamps = pick(8) != 0;
         e.window = uint16_t(200 + pick(2000));
@@ -1501,7 +1663,7 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
             if (&e == &c && pick(4) == 0) {  // the client's port comes round again
               c.isn += 0x1000000;
               c.snd_nxt = c.isn;
-              burst.emplace_back(c.segment(net::kSyn), 0);
+              burst.emplace_back(c.segment(net::kSyn), c.port_id);
               c.snd_nxt = c.isn + 1;
             }
             break;
@@ -1509,28 +1671,38 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
           case 7:
             burst.emplace_back(e.segment(net::kAck), port);
             break;
+          case 8:
+            if (&e == &c && pick(6) == 0) {  // the client's frames come in on the other port
+              c.port_id = uint16_t(1 - c.port_id);
+              c.gw_mac = c.port_id == 0 ? kPort0Mac : kPort1Mac;
+            }
+            burst.emplace_back(e.data(payload), e.port_id);
+            break;
           default:
             burst.emplace_back(e.data(payload), port);
             break;
         }
       }
-      std::vector<Sent> sent[2];
-      for (int k = 0; k < 2; ++k) {
-        Bench& b = k == 0 ? on : off;
+      std::vector<Sent> sent[3];
+      for (int k = 0; k < 3; ++k) {
+        Bench& b = k == 0 ? on : k == 1 ? off : fast;
         std::vector<Frame*> frames;
         for (const auto& [bytes, port] : burst)
           frames.push_back(b.pool.frame(bytes, port));
-        sent[k] = b.deliver(frames);
+        sent[k] = k == 2 ? b.deliver_as_driver(frames) : b.deliver(frames);
       }
-      ASSERT_EQ(sent[0].size(), sent[1].size()) << "step " << step;
-      for (size_t i = 0; i < sent[0].size(); ++i) {
-        ASSERT_EQ(sent[0][i].port, sent[1][i].port) << "step " << step << " frame " << i;
-        ASSERT_EQ(sent[0][i].bytes, sent[1][i].bytes) << "step " << step << " frame " << i;
-        EXPECT_EQ(sent[0][i].parsed, net::Reason::kOk);
+      for (int k : {0, 2}) {
+        SCOPED_TRACE(k == 0 ? "established-flow path" : "fast path");
+        ASSERT_EQ(sent[k].size(), sent[1].size()) << "step " << step;
+        for (size_t i = 0; i < sent[k].size(); ++i) {
+          ASSERT_EQ(sent[k][i].port, sent[1][i].port) << "step " << step << " frame " << i;
+          ASSERT_EQ(sent[k][i].bytes, sent[1][i].bytes) << "step " << step << " frame " << i;
+          EXPECT_EQ(sent[k][i].parsed, net::Reason::kOk);
+        }
       }
       for (const Sent& s : sent[0]) {
         if (!s.tcp()) continue;
-        if (s.port == 0 && s.p.dst_port == c.tcp_port) c.receive(s);
+        if (s.p.dst_ip == c.ip && s.p.dst_port == c.tcp_port) c.receive(s);
         if (s.port == 1 && s.p.dst_ip == kOwnerIp) o->receive(s);
       }
       // Time passes alike for both: retransmissions, the ACK-storm window, linger timers.
@@ -1538,13 +1710,19 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
       if (ms != 0) {
         const std::vector<Sent> t0 = on.jump_ms(ms);
         const std::vector<Sent> t1 = off.jump_ms(ms);
+        const std::vector<Sent> t2 = fast.jump_ms(ms);
         ASSERT_EQ(t0.size(), t1.size());
-        for (size_t i = 0; i < t0.size(); ++i)
+        ASSERT_EQ(t2.size(), t1.size());
+        for (size_t i = 0; i < t0.size(); ++i) {
           ASSERT_EQ(t0[i].bytes, t1[i].bytes);
+          ASSERT_EQ(t2[i].bytes, t1[i].bytes);
+        }
       }
-      ASSERT_EQ(on.lcore->flow_state(tuple_of(c)), off.lcore->flow_state(tuple_of(c)));
-      ASSERT_EQ(on.lcore->flows(), off.lcore->flows());
-      ASSERT_EQ(on.lcore->lingering_flows(), off.lcore->lingering_flows());
+      for (Bench* b : {&on, &fast}) {
+        ASSERT_EQ(b->lcore->flow_state(tuple_of(c)), off.lcore->flow_state(tuple_of(c)));
+        ASSERT_EQ(b->lcore->flows(), off.lcore->flows());
+        ASSERT_EQ(b->lcore->lingering_flows(), off.lcore->lingering_flows());
+      }
     }
     const engine::LcoreCounters& a = on.lcore->counters();
     const engine::LcoreCounters& g = off.lcore->counters();
@@ -1560,6 +1738,22 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
     EXPECT_EQ(a.flows_reopened, g.flows_reopened);
     EXPECT_EQ(a.flow_resets, g.flow_resets);
     EXPECT_EQ(a.removed_range, g.removed_range);
+    EXPECT_EQ(a.fast_path, 0u);  // burst() alone never takes it
+    const engine::LcoreCounters& f = fast.lcore->counters();
+    EXPECT_GT(f.fast_path, 0u);
+    EXPECT_EQ(f.fast_path, fast.fast_taken);
+    EXPECT_LE(f.fast_path, f.established_path);
+    EXPECT_EQ(f.c2o_packets, g.c2o_packets);
+    EXPECT_EQ(f.o2c_packets, g.o2c_packets);
+    EXPECT_EQ(f.c2o_bytes, g.c2o_bytes);
+    EXPECT_EQ(f.o2c_bytes, g.o2c_bytes);
+    EXPECT_EQ(f.rx_invalid, g.rx_invalid);
+    EXPECT_EQ(f.flows_reopened, g.flows_reopened);
+    EXPECT_EQ(f.flow_resets, g.flow_resets);
+    EXPECT_EQ(f.removed_range, g.removed_range);
+    EXPECT_EQ(f.ack_storm_drops, g.ack_storm_drops);
+    EXPECT_EQ(f.rx_frames, g.rx_frames);
+    EXPECT_EQ(f.tx_frames, g.tx_frames);
   }
 }
 

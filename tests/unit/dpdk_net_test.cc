@@ -146,6 +146,26 @@ TEST(DpdkNetChecksum, MatchesRfc1071Example) {
   EXPECT_EQ(net::internet_checksum(b), 0x220d);
 }
 
+// checksum_fold's four fixed steps give what folding until no carry is left gives: at the
+// bounds of each step, around 0 and 0xffff, and for random sums of every size.
+TEST(DpdkNetChecksum, FoldMatchesTheCarryLoop) {
+  const auto loop = [](uint64_t sum) {
+    while (sum >> 16)
+      sum = (sum & 0xffff) + (sum >> 16);
+    return uint16_t(sum);
+  };
+  std::vector<uint64_t> sums = {
+      0,       1,          0xfffe,      0xffff,      0x10000,        0x10001,    0x1fffe,
+      0x2fffe, 0xffffffff, 0x100000000, 0x1fffffffe, 0xffffffffffff, UINT64_MAX, UINT64_MAX - 1};
+  std::mt19937_64 rng(1624);
+  for (int bits = 1; bits <= 64; ++bits) {
+    for (int i = 0; i < 2000; ++i)
+      sums.push_back(bits == 64 ? rng() : rng() & ((uint64_t(1) << bits) - 1));
+  }
+  for (const uint64_t sum : sums)
+    ASSERT_EQ(net::checksum_fold(sum), loop(sum)) << std::hex << sum;
+}
+
 TEST(DpdkNetChecksum, MatchesReferenceOnEveryLengthAndAlignment) {
   std::mt19937 rng(1071);
   Bytes buf(600);

@@ -87,6 +87,31 @@ class EchoHandler : public engine::BurstHandler {
   std::vector<Frame*> out_;
 };
 
+// Echo with a fast path: it takes frames whose byte 1 is kFastMark (marking each by setting
+// byte 2) from the front of a burst and stops at the first other one, as Lcore::fast does.
+class FastEchoHandler : public EchoHandler {
+ public:
+  static constexpr uint8_t kFastMark = 0xf1;
+  FastEchoHandler(uint16_t a, uint16_t b) : EchoHandler(a, b), a_(a), b_(b) {}
+
+  bool has_fast_path() const override { return true; }
+  size_t fast(uint16_t port, std::span<const engine::RxView> rx, uint16_t* out_port,
+              uint64_t) override {
+    ++fast_calls;
+    size_t i = 0;
+    for (; i < rx.size(); ++i) {
+      if (rx[i].len < 3 || rx[i].data[1] != kFastMark) break;
+      rx[i].data[2] = 'F';
+      out_port[i] = port == a_ ? b_ : a_;
+    }
+    return i;
+  }
+  size_t fast_calls = 0;
+
+ private:
+  uint16_t a_, b_;
+};
+
 // A port whose rx ring the test fills and whose tx ring it drains.
 struct RingPort {
   rte_ring* rx = nullptr;
@@ -412,6 +437,79 @@ TEST_F(DpdkPortTest, LoopFreesFramesForPortsItDoesNotSendOn) {
   EXPECT_EQ(loop.counters().tx_unknown_port, 3u);
   EXPECT_EQ(loop.counters().tx, 0u);
   EXPECT_EQ(rte_ring_count(b_->tx), 0u);
+}
+
+// The fast path's frames leave first and as they are; the rest of the burst, from the first
+// frame it left on (even frames it could have taken), goes to burst(), so the order holds. A
+// multi-segment mbuf is offered with length 0 and then dropped as before.
+TEST_F(DpdkPortTest, LoopOffersEachBurstToTheFastPathFirst) {
+  ASSERT_TRUE(make_pair());
+  FastEchoHandler echo(a_->port->id(), b_->port->id());
+  const RxSource rx[] = {{a_->port.get(), 0}};
+  Port* const tx[] = {b_->port.get()};
+  LcoreLoop loop(rx, tx, 0, echo);
+  const auto put = [&](uint8_t number, bool mark) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_->mempool());
+    ASSERT_NE(m, nullptr);
+    auto* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, kFrameBytes));
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0, kFrameBytes);
+    p[0] = number;
+    p[1] = mark ? FastEchoHandler::kFastMark : 0;
+    ASSERT_EQ(rte_ring_enqueue(a_->rx, m), 0);
+  };
+  put(0, true);
+  put(1, true);
+  put(2, false);
+  put(3, true);
+  EXPECT_EQ(loop.run_once(), 4u);
+  std::vector<rte_mbuf*> out = drain_tx(*b_);
+  ASSERT_EQ(out.size(), 4u);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint8_t* p = rte_pktmbuf_mtod(out[i], uint8_t*);
+    EXPECT_EQ(p[0], i) << "order kept";
+    EXPECT_EQ(p[2], i < 2 ? 'F' : 0) << "frame " << i;
+    EXPECT_EQ(out[i]->data_len, kFrameBytes);
+  }
+  free_all(out);
+  EXPECT_EQ(echo.fast_calls, 1u);
+  EXPECT_EQ(loop.counters().tx, 4u);
+
+  // A burst the fast path takes whole leaves in the same iteration, though burst() and
+  // take_tx() have nothing.
+  put(20, true);
+  put(21, true);
+  EXPECT_EQ(loop.run_once(), 2u);
+  out = drain_tx(*b_);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(rte_pktmbuf_mtod(out[1], uint8_t*)[0], 21);
+  free_all(out);
+
+  // A marked multi-segment mbuf is not the fast path's: offered with length 0, then dropped.
+  rte_mbuf* head = rte_pktmbuf_alloc(pool_->mempool());
+  rte_mbuf* tail = rte_pktmbuf_alloc(pool_->mempool());
+  ASSERT_NE(head, nullptr);
+  ASSERT_NE(tail, nullptr);
+  auto* h = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(head, 1000));
+  ASSERT_NE(h, nullptr);
+  ASSERT_NE(rte_pktmbuf_append(tail, 1000), nullptr);
+  h[1] = FastEchoHandler::kFastMark;
+  ASSERT_EQ(rte_pktmbuf_chain(head, tail), 0);
+  ASSERT_EQ(rte_ring_enqueue(a_->rx, head), 0);
+  put(9, true);
+  EXPECT_EQ(loop.run_once(), 2u);
+  out = drain_tx(*b_);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(rte_pktmbuf_mtod(out[0], uint8_t*)[0], 9);
+  EXPECT_EQ(rte_pktmbuf_mtod(out[0], uint8_t*)[2], 0);  // after the refused one: burst()
+  free_all(out);
+  EXPECT_EQ(loop.counters().rx_multiseg_dropped, 1u);
+
+  // Fast-path frames for a port the loop does not send on are counted and freed.
+  put(10, true);
+  LcoreLoop only_a(rx, std::span<Port* const>(tx, 0), 0, echo);
+  EXPECT_EQ(only_a.run_once(), 1u);
+  EXPECT_EQ(only_a.counters().tx_unknown_port, 1u);
 }
 
 TEST_F(DpdkPortTest, LoopTicksWhileIdleAndSendsWhatTickMade) {

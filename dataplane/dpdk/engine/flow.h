@@ -45,6 +45,30 @@ struct Leg {
   uint16_t last_window = 0;
 };
 
+// The constant part of the splice's rewrite in one direction, prepared when the flow splices
+// (Lcore::prepare_fast) for the driver's fast path (fast_path.cc). Everything is in the frame's
+// byte order: the new addresses and ports as they are stored, and what replacing the old ones
+// adds to the checksums (RFC 1624: ~old + new over each 16-bit word, summed as they lie in
+// memory, which gives the checksum field in the same order, RFC 1071).
+struct FastRewrite {
+  // Where the frames go: Lcore::set_client_port keeps o2c's port and MACs in step.
+  uint8_t macs[12] = {};  // destination then source MAC
+  uint16_t port = 0;
+  uint16_t ip_sum = 0;  // the addresses' part: the IPv4 header checksum's whole change, folded
+  uint32_t ports = 0;   // source then destination port
+  // Timestamps: ts_at 0 leaves them (the owner leg does not use them), else the offset in the
+  // TCP header of the one value that moves (TSecr towards the owner, TSval towards the
+  // client), and ts_delta what is added to it.
+  uint32_t ts_delta = 0;
+  uint64_t addresses = 0;  // source then destination address
+  uint64_t tcp_sum = 0;    // the addresses' and ports' part of the TCP checksum's change
+  uint8_t ts_at = 0;
+  bool rescale = false;  // the legs' window scales differ: the window field is rescaled
+  uint8_t window_from = 0;
+  uint8_t window_to = 0;
+};
+static_assert(sizeof(FastRewrite) == 48);
+
 struct Flow {
   FlowState state = FlowState::kFree;
   uint32_t next_free = kNoSlot;
@@ -90,6 +114,11 @@ struct Flow {
   uint32_t rto_ms = 0;
   uint32_t retries = 0;
   uint64_t last_seen_ms = 0;  // spliced: idle expiry
+
+  // Set with c2o_fast and o2c_fast when the flow splices; a Flow{} clears it.
+  bool fast_ready = false;
+  FastRewrite c2o_fast;  // client -> owner
+  FastRewrite o2c_fast;  // owner -> client
 };
 
 }  // namespace sluice::dpdk::engine::detail

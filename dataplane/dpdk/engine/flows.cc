@@ -35,6 +35,7 @@ uint32_t Lcore::index_of(const Flow& fl) const {
 void Lcore::free_flow(Flow& fl) {
   SLUICE_ASSERT(fl.state != FlowState::kFree);
   const uint32_t id = index_of(fl);
+  if (fast_key_.flow == id) fast_key_ = FastKey{};
   tuples_.erase(fl.client.rx);
   free_local_port(fl);
   if (fl.state == FlowState::kLinger) {

@@ -34,6 +34,14 @@ class FramePool {
 
 namespace sluice::dpdk::engine {
 
+// A received frame offered to BurstHandler::fast(): its bytes where the driver received them,
+// not yet a Frame. len 0 marks a frame the fast path must leave alone (e.g. a multi-segment
+// mbuf).
+struct RxView {
+  uint8_t* data = nullptr;
+  uint32_t len = 0;
+};
+
 // What a poll-mode loop drives: the DPDK driver (port/) hands it received frames and sends
 // what it returns; tests and benchmarks call it directly with crafted frames.
 class BurstHandler {
@@ -47,6 +55,19 @@ class BurstHandler {
   // Frames to transmit since the last call, each with Frame::port set. The caller owns them
   // (it frees what the port does not take and counts it).
   virtual std::span<Frame*> take_tx() = 0;
+
+  // The fast path, for a handler that has one (has_fast_path(), asked once by the driver):
+  // tried on every received burst before its frames become Frames. It takes frames from the
+  // front of `rx` (all from `port`), in order, rewrites each in place without changing its
+  // length, sets out_port[i] to the port it leaves by, and stops at the first frame it leaves
+  // to burst(). Returns how many it took; the driver sends those as they are, then hands the
+  // rest of the burst to burst(), so the frames of a flow keep their order and every frame
+  // burst() sees finds the state the frames before it left.
+  virtual bool has_fast_path() const { return false; }
+  virtual size_t fast(uint16_t /*port*/, std::span<const RxView> /*rx*/, uint16_t* /*out_port*/,
+                      uint64_t /*now_ns*/) {
+    return 0;
+  }
 };
 
 }  // namespace sluice::dpdk::engine

@@ -94,6 +94,7 @@ Lcore::Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_
       config_.local_ips.size() * (size_t(config_.local_port_max) - config_.local_port_min + 1);
   ports_in_use_.assign((pairs + 63) / 64, 0);
   port_cursor_ = uint32_t(config_.local_port_start % pairs);
+  prepare_fast_checks();
 }
 
 Lcore::~Lcore() {
@@ -107,11 +108,15 @@ Lcore::~Lcore() {
 
 // ---- the burst -------------------------------------------------------------------------------
 
-void Lcore::burst(std::span<Frame*> rx, uint64_t now_ns) {
+void Lcore::advance_clock(uint64_t now_ns) {
   if (now_ns > now_ns_) {
     now_ns_ = now_ns;
     now_ms_ = now_ns / kTickNs;
   }
+}
+
+void Lcore::burst(std::span<Frame*> rx, uint64_t now_ns) {
+  advance_clock(now_ns);
   counters_.rx_frames += rx.size();
   // Staged as in DPDK's l3fwd: parse every frame of a stage and prefetch its flow's slot in the
   // table, then handle the frames in order, so that the lookups' cache misses overlap instead of
@@ -164,7 +169,7 @@ bool Lcore::splice_established(Frame* f, Staged& s) {
   const bool plain =
       fl.c2o.edits() == 0 && fl.o2c.edits() == 0 && (p.flags & (net::kFin | net::kRst)) == 0;
   if (fl.client.rx == t) {
-    fl.client.port = f->port;
+    set_client_port(fl, f->port);
     if (plain) {
       client_established(fl, f, p);
     } else {
@@ -179,10 +184,7 @@ bool Lcore::splice_established(Frame* f, Staged& s) {
 }
 
 void Lcore::tick(uint64_t now_ns) {
-  if (now_ns > now_ns_) {
-    now_ns_ = now_ns;
-    now_ms_ = now_ns / kTickNs;
-  }
+  advance_clock(now_ns);
   timers_.advance(
       now_ns_, [this](uint32_t id) { on_timer(id); }, kTimersPerTick);
 }
@@ -217,10 +219,6 @@ void Lcore::to_exception(Frame* f) {
   if (kernel_mac_known_ && (f->data[0] & 1) == 0) std::memcpy(f->data, kernel_mac_.bytes.data(), 6);
   f->port = uint16_t(config_.exception_port);
   send(f);
-}
-
-bool Lcore::from_kernel(const Frame* f) const {
-  return config_.exception_port >= 0 && f->port == config_.exception_port;
 }
 
 net::Reason Lcore::parse_frame(Frame* f, net::Packet* p) const {
@@ -440,7 +438,7 @@ void Lcore::handle_tcp(Frame* f, net::Packet& p, uint32_t tuple_hash) {
         reopen(fl, f, p);
         return;
       }
-      fl.client.port = f->port;
+      set_client_port(fl, f->port);
       switch (fl.state) {
         case FlowState::kSpliced:
         case FlowState::kLinger:

@@ -65,6 +65,9 @@ struct LcoreCounters {
   // (net::parse_established: no general parse, no dispatch), then counted as on the general
   // path (c2o_packets, o2c_packets, ack_storm_drops, removed_range).
   uint64_t established_path = 0;
+  // Of those, the segments the driver's fast path took (Lcore::fast: rewritten where they were
+  // received, never made Frames; counted in c2o_packets and o2c_packets as well).
+  uint64_t fast_path = 0;
   uint64_t c2o_packets = 0;
   uint64_t c2o_bytes = 0;
   uint64_t o2c_packets = 0;
@@ -90,6 +93,12 @@ class Lcore final : public BurstHandler {
   void burst(std::span<Frame*> rx, uint64_t now_ns) override;
   void tick(uint64_t now_ns) override;
   std::span<Frame*> take_tx() override;
+  // The fast path (fast_path.cc): segments of spliced flows in the shape the established-flow
+  // path takes, on flows whose sequence maps are down to their bases, without FIN, RST or a
+  // repeated pure ACK. On whenever the established-flow path is (LcoreConfig).
+  bool has_fast_path() const override { return config_.established_path; }
+  size_t fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port,
+              uint64_t now_ns) override;
 
   const LcoreCounters& counters() const { return counters_; }
   uint32_t flows() const { return flows_in_use_; }
@@ -113,7 +122,11 @@ class Lcore final : public BurstHandler {
   struct Slot;  // prelude and binding buffers of one flow
 
   // lcore.cc: dispatch, L2/L3, frames out, timers
-  bool from_kernel(const Frame* f) const;
+  void advance_clock(uint64_t now_ns);
+  bool from_kernel(const Frame* f) const { return from_kernel_port(f->port); }
+  bool from_kernel_port(uint16_t port) const {
+    return config_.exception_port >= 0 && port == config_.exception_port;
+  }
   net::Reason parse_frame(Frame* f, net::Packet* p) const;
   // The established-flow path: parse_established() takes a frame in the common shape of a
   // spliced flow's segments (net::parse_established); splice_established() hands it straight
@@ -207,6 +220,13 @@ class Lcore final : public BurstHandler {
   void client_established(Flow& fl, Frame* f, const net::Packet& p);
   void owner_established(Flow& fl, Frame* f, const net::Packet& p);
   bool ack_storm(Leg& leg, const net::Packet& p);
+  // fast_path.cc: fast_mask_, fast_expect_ and fast_macs_ from the config.
+  void prepare_fast_checks();
+  // Fills fl's FastRewrites (on entering kSpliced).
+  void prepare_fast(Flow& fl);
+  // The port the client's frames arrive on and its frames leave by; keeps the fast path's MACs
+  // towards the client in step.
+  void set_client_port(Flow& fl, uint16_t port);
   void linger(Flow& fl);                            // enters kLinger (counted in lingering_)
   void reopen(Flow& fl, Frame* f, net::Packet& p);  // a client SYN on a lingering flow
   void after_fin_or_rst(Flow& fl, const net::Packet& p, uint32_t src_seq, bool from_client);
@@ -244,6 +264,29 @@ class Lcore final : public BurstHandler {
   };
   std::vector<Neighbor> neighbors_;
   uint32_t neighbor_count_ = 0;
+
+  // The fast path's checks of a frame's first 48 bytes, as six words loaded from it: word k
+  // passes when (word ^ expect[k]) & mask[k] is 0 (k = 0, 1, 2, 5; word 0, the destination
+  // MAC, is compared with the arrival port's in fast_macs_, each MAC loaded the same way).
+  // ip_head and ip_tail select the IPv4 header's bytes in words 1 and 4
+  // (prepare_fast_checks).
+  struct FastChecks {
+    std::array<uint64_t, 6> mask{};
+    std::array<uint64_t, 6> expect{};
+    uint64_t ip_head = 0;
+    uint64_t ip_tail = 0;
+  };
+  FastChecks fast_checks_;
+  std::vector<uint64_t> fast_macs_;
+  // The fast path's last lookup: the tuple as it lies in the frame, and its flow. Reset when
+  // that flow is freed (free_flow), so a slot reused by another flow is never found this way.
+  struct FastKey {
+    uint64_t addresses = 0;
+    uint32_t ports = 0;
+    uint32_t flow = detail::kNoSlot;
+    bool from_client = false;
+  };
+  FastKey fast_key_;
 
   net::MacAddr kernel_mac_;  // the TAP's kernel side, learnt from its frames
   bool kernel_mac_known_ = false;

@@ -366,6 +366,7 @@ void Lcore::maybe_splice(Flow& fl) {
   fl.last_seen_ms = now_ms_;
   fl.deadline_ms = now_ms_ + config_.established_idle_ms;
   fl.owner_seq_max = fl.o_snd_nxt;
+  prepare_fast(fl);
   ++counters_.spliced;
   arm(fl);
 }

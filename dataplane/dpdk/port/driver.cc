@@ -14,7 +14,7 @@ namespace sluice::dpdk::port {
 
 LcoreLoop::LcoreLoop(std::span<const RxSource> rx, std::span<Port* const> tx, uint16_t tx_queue,
                      engine::BurstHandler& handler)
-    : handler_(handler), tx_queue_(tx_queue) {
+    : handler_(handler), tx_queue_(tx_queue), fast_path_(handler.has_fast_path()) {
   SLUICE_ASSERT(rx.size() <= kRxSourcesMax);
   SLUICE_ASSERT(tx.size() <= kTxPortsMax);
   for (const RxSource& source : rx) {
@@ -44,6 +44,18 @@ void LcoreLoop::run(const std::atomic<bool>& stop) {
     run_once();
 }
 
+inline void LcoreLoop::stage(rte_mbuf* m, uint16_t port) {
+  const uint8_t slot = port < kPortIdsMax ? slot_of_port_[port] : kNoSlot;
+  if (slot == kNoSlot) [[unlikely]] {
+    ++counters_.tx_unknown_port;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  TxStage& stage = tx_[slot];
+  stage.mbufs[stage.count++] = m;
+  if (stage.count == kTxStageMax) flush(slot);
+}
+
 uint32_t LcoreLoop::run_once() {
   const uint64_t now = now_ns();
   uint32_t received = 0;
@@ -52,8 +64,21 @@ uint32_t LcoreLoop::run_once() {
     const uint16_t n = rte_eth_rx_burst(port_id, rx_[s].queue, rx_mbufs_.data(), kBurstMax);
     if (n == 0) continue;
     received += n;
+    uint16_t first = 0;  // the frames before it went by the fast path
+    if (fast_path_) {
+      for (uint16_t i = 0; i < n; ++i) {
+        const rte_mbuf* m = rx_mbufs_[i];
+        // len 0: a multi-segment mbuf, refused below, never taken by the fast path.
+        rx_views_[i] = {rte_pktmbuf_mtod(m, uint8_t*), m->nb_segs == 1 ? m->data_len : 0u};
+      }
+      first = static_cast<uint16_t>(
+          handler_.fast(port_id, std::span(rx_views_.data(), n), fast_ports_.data(), now));
+      SLUICE_ASSERT(first <= n);
+      for (uint16_t i = 0; i < first; ++i)
+        stage(rx_mbufs_[i], fast_ports_[i]);
+    }
     uint16_t frames = 0;
-    for (uint16_t i = 0; i < n; ++i) {
+    for (uint16_t i = first; i < n; ++i) {
       engine::Frame* f = MbufPool::to_frame(rx_mbufs_[i], port_id);
       if (f == nullptr) [[unlikely]] {
         ++counters_.rx_multiseg_dropped;
@@ -78,20 +103,10 @@ uint32_t LcoreLoop::run_once() {
 }
 
 void LcoreLoop::transmit() {
+  // The stages may hold the fast path's frames even when the handler returns none.
   const std::span<engine::Frame*> out = handler_.take_tx();
-  if (out.empty()) return;
-  for (engine::Frame* f : out) {
-    const uint8_t slot = f->port < kPortIdsMax ? slot_of_port_[f->port] : kNoSlot;
-    rte_mbuf* m = MbufPool::to_mbuf(f);
-    if (slot == kNoSlot) [[unlikely]] {
-      ++counters_.tx_unknown_port;
-      rte_pktmbuf_free(m);
-      continue;
-    }
-    TxStage& stage = tx_[slot];
-    stage.mbufs[stage.count++] = m;
-    if (stage.count == kTxStageMax) flush(slot);
-  }
+  for (engine::Frame* f : out)
+    stage(MbufPool::to_mbuf(f), f->port);
   for (size_t slot = 0; slot < tx_count_; ++slot) {
     if (tx_[slot].count != 0) flush(slot);
   }

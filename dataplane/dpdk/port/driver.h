@@ -1,5 +1,6 @@
-// The poll-mode loop of one lcore: receive bursts from its queues, hand them to the engine as
-// Frames, transmit what the engine returns, and keep the engine's timers ticking.
+// The poll-mode loop of one lcore: receive bursts from its queues, offer each to the engine's
+// fast path (BurstHandler::fast) and hand the rest to it as Frames, transmit what the engine
+// returns, and keep the engine's timers ticking.
 #pragma once
 
 #include <array>
@@ -62,6 +63,9 @@ class LcoreLoop {
 
  private:
   void transmit();
+  // Stages `m` for `port` (frees and counts it when this loop does not send on that port).
+  // Inline: the fast path's frames come here one by one.
+  [[gnu::always_inline]] inline void stage(rte_mbuf* m, uint16_t port);
   void flush(size_t slot);
 
   static constexpr uint8_t kNoSlot = 0xff;
@@ -82,6 +86,9 @@ class LcoreLoop {
   std::array<uint8_t, kPortIdsMax> slot_of_port_{};  // Frame::port -> tx_ slot, kNoSlot if none
   std::array<rte_mbuf*, kBurstMax> rx_mbufs_{};
   std::array<engine::Frame*, kBurstMax> rx_frames_{};
+  bool fast_path_;  // the handler has one (asked once)
+  std::array<engine::RxView, kBurstMax> rx_views_{};
+  std::array<uint16_t, kBurstMax> fast_ports_{};
   double ns_per_tsc_;
   uint64_t last_tick_ns_ = 0;
   LoopCounters counters_;

@@ -1,0 +1,317 @@
+// The driver's fast path: segments of spliced flows rewritten where the driver received them,
+// before they would become Frames, with the flow's constant changes prepared when it spliced.
+// It takes only what the established-flow path (splice_established, client_established,
+// owner_established) would send unchanged in shape, and must send the same bytes; anything
+// else stops it, and the rest of the burst goes the general way (Lcore::burst).
+#include <array>
+#include <bit>
+#include <cstring>
+
+#include "dataplane/dpdk/engine/lcore.h"
+#include "dataplane/dpdk/net/checksum.h"
+
+namespace sluice::dpdk::engine {
+
+namespace {
+
+constexpr uint32_t kL3 = uint32_t(net::kEthernetBytes);
+constexpr uint32_t kL4 = kL3 + uint32_t(net::kIpv4Bytes);
+constexpr uint32_t kHeaders = kL4 + uint32_t(net::kTcpBytes);
+
+// Big-endian fields as numbers, and numbers as the fields' bytes.
+inline uint32_t host32(uint32_t wire) {
+  if constexpr (std::endian::native == std::endian::little) return __builtin_bswap32(wire);
+  return wire;
+}
+inline uint16_t host16(uint16_t wire) {
+  if constexpr (std::endian::native == std::endian::little) return __builtin_bswap16(wire);
+  return wire;
+}
+constexpr uint32_t kTimestampOptionWire =
+    std::endian::native == std::endian::little ? 0x0a080101 : 0x0101080a;  // NOP NOP TS 10
+
+inline uint32_t load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline uint16_t load16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// End-around-carry folds to 16 bits (net::checksum_fold, for sums known to be smaller) and
+// the one's-complement addition of 64-bit words. In x + rotr(x, 16) the high half holds the
+// two halves' sum, plus the carry out of the low half: the end-around carry (Linux's
+// csum_fold does the same). 2^32 and 2^64 are 1 modulo 0xffff, so words of any width whose
+// 16-bit parts lie at even offsets may be summed whole.
+inline uint16_t fold32(uint32_t sum) {
+  return uint16_t((sum + std::rotr(sum, 16)) >> 16);
+}
+inline uint64_t add64(uint64_t a, uint64_t b) {
+  const uint64_t sum = a + b;
+  return sum + (sum < a);
+}
+inline uint16_t fold64(uint64_t sum) {
+  const uint32_t low = uint32_t(sum);
+  const uint32_t folded = low + uint32_t(sum >> 32);
+  return fold32(folded + (folded < low));
+}
+
+// ~old + new over a 32-bit field, both as they lie in memory.
+inline uint64_t change32(uint32_t old_wire, uint32_t new_wire) {
+  return uint64_t(uint32_t(~old_wire)) + new_wire;
+}
+
+// The addresses and ports of a tuple (host order) as they lie in a frame.
+struct WireTuple {
+  uint32_t src_ip;
+  uint32_t dst_ip;
+  uint32_t ports;
+};
+WireTuple wire(const flow::Tuple& t) {
+  WireTuple w;
+  w.src_ip = host32(t.src_ip);
+  w.dst_ip = host32(t.dst_ip);
+  const uint16_t ports[2] = {host16(t.src_port), host16(t.dst_port)};
+  std::memcpy(&w.ports, ports, 4);
+  return w;
+}
+
+detail::FastRewrite fast_rewrite(const flow::Tuple& old_tuple, const flow::Tuple& new_tuple) {
+  const WireTuple o = wire(old_tuple);
+  const WireTuple n = wire(new_tuple);
+  detail::FastRewrite r;
+  const uint32_t addresses[2] = {n.src_ip, n.dst_ip};
+  std::memcpy(&r.addresses, addresses, 8);
+  r.ports = n.ports;
+  const uint64_t ip_sum = change32(o.src_ip, n.src_ip) + change32(o.dst_ip, n.dst_ip);
+  r.ip_sum = fold64(ip_sum);
+  r.tcp_sum = ip_sum + change32(o.ports, n.ports);
+  return r;
+}
+
+}  // namespace
+
+void Lcore::prepare_fast_checks() {
+  // Bytes 0-47 of the frames the fast path takes: Ethernet to the port's MAC, type IPv4;
+  // version 4 and a 20-byte header; not a fragment (flag MF and the offset clear, DF may be
+  // set); protocol TCP; none of SYN, FIN and RST. Words 3 and 4 hold the addresses and ports,
+  // compared with the flow's; the IPv4 header is bytes 14-33, in words 1 to 4.
+  uint8_t mask[48] = {};
+  uint8_t expect[48] = {};
+  const auto want = [&](size_t at, uint8_t m, uint8_t v) {
+    mask[at] = m;
+    expect[at] = v;
+  };
+  for (size_t i = 0; i < 6; ++i)
+    mask[i] = 0xff;
+  want(12, 0xff, 0x08);
+  want(13, 0xff, 0x00);
+  want(kL3 + 0, 0xff, 0x45);
+  want(kL3 + 6, 0x3f, 0x00);
+  want(kL3 + 7, 0xff, 0x00);
+  want(kL3 + 9, 0xff, net::kProtoTcp);
+  want(kL4 + 13, net::kSyn | net::kFin | net::kRst, 0x00);
+  uint8_t ip_head[8] = {};  // bytes 8-15
+  ip_head[kL3 - 8] = ip_head[kL3 - 7] = 0xff;
+  uint8_t ip_tail[8] = {};  // bytes 32-39
+  ip_tail[kL3 + 18 - 32] = ip_tail[kL3 + 19 - 32] = 0xff;
+  std::memcpy(fast_checks_.mask.data(), mask, sizeof mask);
+  std::memcpy(fast_checks_.expect.data(), expect, sizeof expect);
+  std::memcpy(&fast_checks_.ip_head, ip_head, 8);
+  std::memcpy(&fast_checks_.ip_tail, ip_tail, 8);
+  fast_macs_.clear();
+  for (const net::MacAddr& mac : config_.port_macs) {
+    uint8_t bytes[8] = {};
+    std::memcpy(bytes, mac.bytes.data(), 6);
+    uint64_t word;
+    std::memcpy(&word, bytes, 8);
+    fast_macs_.push_back(word);
+  }
+}
+
+namespace {
+
+void fill_macs(detail::FastRewrite& rw, const net::MacAddr& dst, const net::MacAddr& src) {
+  std::memcpy(rw.macs, dst.bytes.data(), 6);
+  std::memcpy(rw.macs + 6, src.bytes.data(), 6);
+}
+
+}  // namespace
+
+void Lcore::prepare_fast(Flow& fl) {
+  // What client_established() and owner_established() write, as frames arriving on each leg's
+  // tuple get it.
+  detail::FastRewrite& c2o = fl.c2o_fast;
+  c2o = fast_rewrite(fl.client.rx, flow::Tuple{fl.local_ip, fl.owner.rx.src_ip, fl.local_port,
+                                               fl.owner.rx.src_port});
+  fill_macs(c2o, fl.owner.peer_mac, config_.port_macs[fl.owner.port]);
+  c2o.port = fl.owner.port;
+  c2o.rescale = fl.client.peer_wscale != fl.owner.our_wscale;
+  c2o.window_from = fl.client.peer_wscale;
+  c2o.window_to = fl.owner.our_wscale;
+  detail::FastRewrite& o2c = fl.o2c_fast;
+  o2c = fast_rewrite(fl.owner.rx, flow::Tuple{fl.client.rx.dst_ip, fl.client.rx.src_ip,
+                                              fl.client.rx.dst_port, fl.client.rx.src_port});
+  fill_macs(o2c, fl.client.peer_mac, config_.port_macs[fl.client.port]);
+  o2c.port = fl.client.port;
+  o2c.rescale = fl.owner.peer_wscale != fl.client.our_wscale;
+  o2c.window_from = fl.owner.peer_wscale;
+  o2c.window_to = fl.client.our_wscale;
+  if (fl.owner.ts_ok) {
+    // The client sees the owner's clock moved by ts_offset: the owner's TSval on its way to
+    // the client, the client's echo of it on the way back (NOP, NOP, TS: TSval at 24, TSecr
+    // at 28 in the TCP header).
+    c2o.ts_at = uint8_t(net::kTcpBytes + 8);
+    c2o.ts_delta = 0u - fl.ts_offset;
+    o2c.ts_at = uint8_t(net::kTcpBytes + 4);
+    o2c.ts_delta = fl.ts_offset;
+  }
+  fl.fast_ready = true;
+}
+
+void Lcore::set_client_port(Flow& fl, uint16_t port) {
+  if (fl.client.port == port) return;
+  fl.client.port = port;
+  if (fl.fast_ready) {
+    fill_macs(fl.o2c_fast, fl.client.peer_mac, config_.port_macs[port]);
+    fl.o2c_fast.port = port;
+  }
+}
+
+size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port, uint64_t now_ns) {
+  // The kernel's frames (TAP port) are addressed to their next hop: the general path.
+  if (!config_.established_path || port >= fast_macs_.size() || from_kernel_port(port)) return 0;
+  advance_clock(now_ns);
+  // Locals, not members, in the loop: its stores into the frames (bytes, which may alias
+  // anything) would otherwise make the compiler load the members again for every frame.
+  const FastChecks checks = fast_checks_;
+  const uint64_t mac = fast_macs_[port];
+  const uint64_t now_ms = now_ms_;
+  FastKey key = fast_key_;
+  uint64_t packets[2] = {0, 0};  // [from the client, from the owner]
+  uint64_t bytes[2] = {0, 0};
+  size_t i = 0;
+  for (; i < rx.size(); ++i) {
+    uint8_t* const d = rx[i].data;
+    const uint32_t len = rx[i].len;
+    // net::parse_established()'s checks, on the bytes as they lie: the fixed fields of the
+    // first 48 bytes at once, then the lengths and the TCP options, then the IPv4 header
+    // checksum from the same words.
+    if (len < kHeaders) break;
+    uint64_t w[6];
+    std::memcpy(w, d, sizeof w);
+    if ((((w[0] ^ mac) & checks.mask[0]) | ((w[1] ^ checks.expect[1]) & checks.mask[1]) |
+         ((w[2] ^ checks.expect[2]) & checks.mask[2]) |
+         ((w[5] ^ checks.expect[5]) & checks.mask[5])) != 0) {
+      break;
+    }
+    uint8_t* const ip = d + kL3;
+    uint8_t* const t = d + kL4;
+    const uint32_t total = host16(load16(ip + 2));
+    const uint32_t header_bytes = uint32_t(t[12] >> 4) * 4;
+    const bool timestamps = header_bytes == net::kTcpBytes + 12;
+    if ((header_bytes != net::kTcpBytes && !timestamps) ||
+        (timestamps && load32(t + net::kTcpBytes) != kTimestampOptionWire) ||
+        total < uint32_t(net::kIpv4Bytes) + header_bytes || len - kL3 < total) {
+      break;
+    }
+    if (fold64(add64(add64(add64(w[1] & checks.ip_head, w[2]), w[3]), w[4] & checks.ip_tail)) !=
+        0xffff) {
+      break;
+    }
+    const uint32_t payload = total - uint32_t(net::kIpv4Bytes) - header_bytes;
+
+    // The flow: the last one found, or the table.
+    uint64_t addresses;
+    std::memcpy(&addresses, ip + 12, 8);
+    const uint32_t ports = load32(t);
+    if (addresses != key.addresses || ports != key.ports || key.flow == detail::kNoSlot)
+        [[unlikely]] {
+      const flow::Tuple tuple{host32(load32(ip + 12)), host32(load32(ip + 16)), host16(load16(t)),
+                              host16(load16(t + 2))};
+      const uint32_t id = tuples_.find(tuple);
+      if (id == flow::TupleMap::kNone) break;
+      key = FastKey{addresses, ports, id, flows_[id].client.rx == tuple};
+    }
+    Flow& fl = flows_[key.flow];
+    // fast_ready: spliced or lingering. With an edit in either map, segments may carry bytes
+    // the gateway removed or acknowledge bytes it injected: the general path's cases.
+    if (!fl.fast_ready || (fl.c2o.edits() | fl.o2c.edits()) != 0) break;
+    const bool from_client = key.from_client;
+    Leg& in = from_client ? fl.client : fl.owner;
+
+    // ack_storm()'s bookkeeping; a pure ACK that repeats the last one is left to it.
+    const uint8_t flags = t[13];
+    const uint32_t ack_wire = load32(t + 8);
+    const uint16_t window_wire = load16(t + 14);
+    if (payload == 0 && (flags & ~(net::kAck | net::kPsh | net::kEce | net::kCwr)) == 0) {
+      const uint32_t ack = host32(ack_wire);
+      const uint16_t window = host16(window_wire);
+      if (ack == in.last_ack && window == in.last_window) break;
+      in.last_ack = ack;
+      in.last_window = window;
+    }
+    in.storm_count = 0;
+    fl.last_seen_ms = now_ms;
+    if (from_client && fl.client.port != port) [[unlikely]]
+      set_client_port(fl, port);
+
+    // The rewrite, as client_established()/owner_established() and net::rewrite_established().
+    // The TCP checksum's change is summed over 32-bit values (~old + new for each field that
+    // moves) and folded once.
+    const detail::FastRewrite& rw = from_client ? fl.c2o_fast : fl.o2c_fast;
+    const uint32_t seq_base = from_client ? fl.c2o.base() : fl.o2c.base();
+    const uint32_t ack_base = from_client ? fl.o2c.base() : fl.c2o.base();
+    std::memcpy(d, rw.macs, 12);
+    std::memcpy(ip + 12, &rw.addresses, 8);
+    std::memcpy(t, &rw.ports, 4);
+    const uint32_t seq_wire = load32(t + 4);
+    const uint32_t seq = host32(seq_wire) + seq_base;
+    const uint32_t new_seq_wire = host32(seq);
+    std::memcpy(t + 4, &new_seq_wire, 4);
+    uint64_t tcp_sum = rw.tcp_sum + uint16_t(~load16(t + 16)) + uint32_t(~seq_wire) + new_seq_wire;
+    if (from_client && splice::seq_gt(seq + payload, fl.owner_seq_max)) {
+      fl.owner_seq_max = seq + payload;
+    }
+    if (flags & net::kAck) {
+      const uint32_t new_ack_wire = host32(host32(ack_wire) - ack_base);
+      tcp_sum += uint64_t(uint32_t(~ack_wire)) + new_ack_wire;
+      std::memcpy(t + 8, &new_ack_wire, 4);
+    }
+    if (rw.rescale) [[unlikely]] {
+      const uint16_t new_window_wire =
+          host16(splice::rescale_window(host16(window_wire), rw.window_from, rw.window_to));
+      tcp_sum += uint64_t(uint16_t(~window_wire)) + new_window_wire;
+      std::memcpy(t + 14, &new_window_wire, 2);
+    }
+    if (timestamps && rw.ts_at != 0) {
+      uint8_t* const field = t + rw.ts_at;
+      const uint32_t old_wire = load32(field);
+      const uint32_t new_wire = host32(host32(old_wire) + rw.ts_delta);
+      tcp_sum += uint64_t(uint32_t(~old_wire)) + new_wire;
+      std::memcpy(field, &new_wire, 4);
+    }
+    const uint16_t ip_check = uint16_t(~fold32(uint32_t(uint16_t(~load16(ip + 10))) + rw.ip_sum));
+    std::memcpy(ip + 10, &ip_check, 2);
+    const uint16_t tcp_check = uint16_t(~fold64(tcp_sum));
+    std::memcpy(t + 16, &tcp_check, 2);
+    out_port[i] = rw.port;
+    ++packets[from_client ? 0 : 1];
+    bytes[from_client ? 0 : 1] += payload;
+  }
+  fast_key_ = key;
+  counters_.rx_frames += i;
+  counters_.tx_frames += i;
+  counters_.established_path += i;
+  counters_.fast_path += i;
+  counters_.c2o_packets += packets[0];
+  counters_.c2o_bytes += bytes[0];
+  counters_.o2c_packets += packets[1];
+  counters_.o2c_bytes += bytes[1];
+  return i;
+}
+
+}  // namespace sluice::dpdk::engine
