@@ -64,7 +64,7 @@ uint32_t LcoreLoop::run_once() {
     const uint16_t n = rte_eth_rx_burst(port_id, rx_[s].queue, rx_mbufs_.data(), kBurstMax);
     if (n == 0) continue;
     received += n;
-    uint16_t first = 0;  // the frames before it went by the fast path
+    uint16_t first = 0;  // frames [0, first) went by the fast path
     if (fast_path_) {
       for (uint16_t i = 0; i < n; ++i) {
         const rte_mbuf* m = rx_mbufs_[i];
