@@ -190,6 +190,7 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
   const FastChecks checks = fast_checks_;
   const uint64_t mac = fast_macs_[port];
   const uint64_t now_ms = now_ms_;
+  Flow* const flows = flows_.data();
   FastKey key = fast_key_;
   uint64_t packets[2] = {0, 0};  // [from the client, from the owner]
   uint64_t bytes[2] = {0, 0};
@@ -234,9 +235,9 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
                               host16(load16(t + 2))};
       const uint32_t id = tuples_.find(tuple);
       if (id == flow::TupleMap::kNone) break;
-      key = FastKey{addresses, ports, id, flows_[id].client.rx == tuple};
+      key = FastKey{addresses, ports, id, flows[id].client.rx == tuple};
     }
-    Flow& fl = flows_[key.flow];
+    Flow& fl = flows[key.flow];
     // fast_ready: spliced or lingering. With an edit in either map, segments may carry bytes
     // the gateway removed or acknowledge bytes it injected: the general path's cases.
     if (!fl.fast_ready || (fl.c2o.edits() | fl.o2c.edits()) != 0) break;

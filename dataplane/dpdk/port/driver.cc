@@ -6,6 +6,9 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "dataplane/dpdk/port/mbuf_pool.h"
 #include "dataplane/dpdk/port/port.h"
 #include "dataplane/session/assert.h"
@@ -56,6 +59,24 @@ inline void LcoreLoop::stage(rte_mbuf* m, uint16_t port) {
   if (stage.count == kTxStageMax) flush(slot);
 }
 
+void LcoreLoop::stage_run(rte_mbuf* const* mbufs, uint16_t count, uint16_t port) {
+  const uint8_t slot = port < kPortIdsMax ? slot_of_port_[port] : kNoSlot;
+  if (slot == kNoSlot) [[unlikely]] {
+    counters_.tx_unknown_port += count;
+    rte_pktmbuf_free_bulk(const_cast<rte_mbuf**>(mbufs), count);
+    return;
+  }
+  TxStage& stage = tx_[slot];
+  while (count != 0) {
+    const uint16_t n = std::min<uint16_t>(count, uint16_t(kTxStageMax - stage.count));
+    std::memcpy(&stage.mbufs[stage.count], mbufs, n * sizeof(rte_mbuf*));
+    stage.count = uint16_t(stage.count + n);
+    mbufs += n;
+    count = uint16_t(count - n);
+    if (stage.count == kTxStageMax) flush(slot);
+  }
+}
+
 uint32_t LcoreLoop::run_once() {
   const uint64_t now = now_ns();
   uint32_t received = 0;
@@ -74,8 +95,15 @@ uint32_t LcoreLoop::run_once() {
       first = static_cast<uint16_t>(
           handler_.fast(port_id, std::span(rx_views_.data(), n), fast_ports_.data(), now));
       SLUICE_ASSERT(first <= n);
-      for (uint16_t i = 0; i < first; ++i)
-        stage(rx_mbufs_[i], fast_ports_[i]);
+      // Runs of frames for one port (usually the whole burst) are staged together.
+      for (uint16_t i = 0; i < first;) {
+        const uint16_t port = fast_ports_[i];
+        uint16_t end = uint16_t(i + 1);
+        while (end < first && fast_ports_[end] == port)
+          ++end;
+        stage_run(&rx_mbufs_[i], uint16_t(end - i), port);
+        i = end;
+      }
     }
     uint16_t frames = 0;
     for (uint16_t i = first; i < n; ++i) {

@@ -66,6 +66,8 @@ class LcoreLoop {
   // Stages `m` for `port` (frees and counts it when this loop does not send on that port).
   // Inline: the fast path's frames come here one by one.
   [[gnu::always_inline]] inline void stage(rte_mbuf* m, uint16_t port);
+  // The same for `count` mbufs to one port (the fast path's frames).
+  void stage_run(rte_mbuf* const* mbufs, uint16_t count, uint16_t port);
   void flush(size_t slot);
 
   static constexpr uint8_t kNoSlot = 0xff;
