@@ -146,8 +146,8 @@ TEST(DpdkNetChecksum, MatchesRfc1071Example) {
   EXPECT_EQ(net::internet_checksum(b), 0x220d);
 }
 
-// checksum_fold's four fixed steps give what folding until no carry is left gives: at the
-// bounds of each step, around 0 and 0xffff, and for random sums of every size.
+// checksum_fold (and through it checksum_fold32) gives what folding until no carry is left
+// gives: at the bounds of each step, around 0 and 0xffff, and for random sums of every size.
 TEST(DpdkNetChecksum, FoldMatchesTheCarryLoop) {
   const auto loop = [](uint64_t sum) {
     while (sum >> 16)

@@ -41,22 +41,10 @@ inline uint16_t load16(const uint8_t* p) {
   return v;
 }
 
-// End-around-carry folds to 16 bits (net::checksum_fold, for sums known to be smaller) and
-// the one's-complement addition of 64-bit words. In x + rotr(x, 16) the high half holds the
-// two halves' sum, plus the carry out of the low half: the end-around carry (Linux's
-// csum_fold does the same). 2^32 and 2^64 are 1 modulo 0xffff, so words of any width whose
-// 16-bit parts lie at even offsets may be summed whole.
-inline uint16_t fold32(uint32_t sum) {
-  return uint16_t((sum + std::rotr(sum, 16)) >> 16);
-}
+// The one's-complement addition of 64-bit words (net::checksum_fold folds the result).
 inline uint64_t add64(uint64_t a, uint64_t b) {
   const uint64_t sum = a + b;
   return sum + (sum < a);
-}
-inline uint16_t fold64(uint64_t sum) {
-  const uint32_t low = uint32_t(sum);
-  const uint32_t folded = low + uint32_t(sum >> 32);
-  return fold32(folded + (folded < low));
 }
 
 // ~old + new over a 32-bit field, both as they lie in memory.
@@ -87,7 +75,7 @@ detail::FastRewrite fast_rewrite(const flow::Tuple& old_tuple, const flow::Tuple
   std::memcpy(&r.addresses, addresses, 8);
   r.ports = n.ports;
   const uint64_t ip_sum = change32(o.src_ip, n.src_ip) + change32(o.dst_ip, n.dst_ip);
-  r.ip_sum = fold64(ip_sum);
+  r.ip_sum = net::checksum_fold(ip_sum);
   r.tcp_sum = ip_sum + change32(o.ports, n.ports);
   return r;
 }
@@ -219,8 +207,8 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
         total < uint32_t(net::kIpv4Bytes) + header_bytes || len - kL3 < total) {
       break;
     }
-    if (fold64(add64(add64(add64(w[1] & checks.ip_head, w[2]), w[3]), w[4] & checks.ip_tail)) !=
-        0xffff) {
+    if (net::checksum_fold(add64(add64(add64(w[1] & checks.ip_head, w[2]), w[3]),
+                                 w[4] & checks.ip_tail)) != 0xffff) {
       break;
     }
     const uint32_t payload = total - uint32_t(net::kIpv4Bytes) - header_bytes;
@@ -295,9 +283,10 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
       tcp_sum += uint64_t(uint32_t(~old_wire)) + new_wire;
       std::memcpy(field, &new_wire, 4);
     }
-    const uint16_t ip_check = uint16_t(~fold32(uint32_t(uint16_t(~load16(ip + 10))) + rw.ip_sum));
+    const uint16_t ip_check =
+        uint16_t(~net::checksum_fold32(uint32_t(uint16_t(~load16(ip + 10))) + rw.ip_sum));
     std::memcpy(ip + 10, &ip_check, 2);
-    const uint16_t tcp_check = uint16_t(~fold64(tcp_sum));
+    const uint16_t tcp_check = uint16_t(~net::checksum_fold(tcp_sum));
     std::memcpy(t + 16, &tcp_check, 2);
     out_port[i] = rw.port;
     ++packets[from_client ? 0 : 1];

@@ -50,9 +50,7 @@ uint64_t checksum_add(std::span<const uint8_t> bytes, uint64_t sum) {
     acc += w;
   }
   // Fold the native-order sum to 16 bits, then turn it into the big-endian value.
-  while (acc >> 16)
-    acc = (acc & 0xffff) + (acc >> 16);
-  uint16_t native = uint16_t(acc);
+  uint16_t native = checksum_fold(acc);
   if constexpr (std::endian::native == std::endian::little) {
     native = uint16_t((native >> 8) | (native << 8));
   }
