@@ -85,6 +85,27 @@ class IoForward final : public dpdk::engine::BurstHandler {
   size_t tx_count_ = 0;
 };
 
+// The driver's fast path with no engine behind it: it takes every frame and sends it by
+// `tx_port`, untouched or with one byte of its TCP header written (the least a rewrite does).
+// What port::LcoreLoop costs a spliced frame before any splice work, and what the first write
+// to a frame's header costs: informational floors for the splice figure.
+class FastForward final : public dpdk::engine::BurstHandler {
+ public:
+  FastForward(uint16_t tx_port, dpdk::engine::FramePool& pool, bool write)
+      : tx_port_(tx_port), pool_(pool), write_(write) {}
+  void burst(std::span<dpdk::engine::Frame*> rx, uint64_t now_ns) override;  // frees them
+  void tick(uint64_t) override {}
+  std::span<dpdk::engine::Frame*> take_tx() override { return {}; }
+  bool has_fast_path() const override { return true; }
+  size_t fast(uint16_t port, std::span<const dpdk::engine::RxView> rx, uint16_t* out_port,
+              uint64_t now_ns) override;
+
+ private:
+  uint16_t tx_port_;
+  dpdk::engine::FramePool& pool_;
+  bool write_;
+};
+
 // Forwards options.packets copies of `template_frame` through `handler` on the calling lcore
 // (port::LcoreLoop, bursts of 32). Only the loop is timed (rte_rdtsc around each batch).
 ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,

@@ -198,6 +198,21 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options) {
     bench::IoForward io(rig.tx_port(), rig.pool());
     const bench::ForwardResult ref = bench::run_forward(rig, io, frame, options);
     print("LcoreLoop + IoForward", ref);
+    // Floors (informational): the loop's fast path with no splice behind it.
+    bench::FastForward untouched(rig.tx_port(), rig.pool(), false);
+    bench::FastForward written(rig.tx_port(), rig.pool(), true);
+    const bench::ForwardResult floor_loop = bench::run_forward(rig, untouched, frame, options);
+    print("LcoreLoop, fast path only", floor_loop);
+    const bench::ForwardResult floor_write = bench::run_forward(rig, written, frame, options);
+    print("  + one header byte written", floor_write);
+    if (raw.mpps > 0) {
+      std::printf("  ratio floors/ethdev         %7.2f %5.2f  (the loop; the loop and one write)\n",
+                  floor_loop.mpps / raw.mpps, floor_write.mpps / raw.mpps);
+    }
+    if (floor_loop.dropped != 0 || floor_write.dropped != 0 || floor_loop.packets == 0 ||
+        floor_write.packets == 0) {
+      rc = 1;
+    }
     // The rewrite alone, on the mbufs, with none of the engine's checks and a table lookup per
     // frame.
     const bench::ForwardResult bare = bench::run_bare_rewrite(rig, frame, options);

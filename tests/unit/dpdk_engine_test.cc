@@ -1538,6 +1538,61 @@ TEST_F(FastPath, RepeatedPureAckGoesToTheAckStormCheck) {
   b().pool.free(update);
 }
 
+// The fast path keeps the flow and direction of the frames it takes, within a burst and
+// between bursts, and checks each frame against them: frames of two flows in turn each go to
+// their own peer, and a frame of the remembered flow that is a fragment stops it.
+TEST_F(FastPath, FramesOfSeveralFlowsInTurnEachGoToTheirOwnPeer) {
+  Endpoint a = make_client(40001, 0x10000000);
+  Endpoint oa = settle(a);
+  Endpoint c = make_client(40002, 0x20000000);
+  Endpoint oc = settle(c);
+  const uint32_t a_seq = oa.rcv_nxt;
+  const uint32_t c_seq = oc.rcv_nxt;
+  std::vector<Frame*> frames = {b().pool.frame(a.data("a1"), 0), b().pool.frame(c.data("c1"), 0),
+                                b().pool.frame(a.data("a2"), 0)};
+  std::vector<uint8_t> fragment = a.data("a3");
+  uint8_t* ip = fragment.data() + net::kEthernetBytes;
+  ip[6] |= 0x20;  // more fragments; the header checksum made right again
+  ip[10] = ip[11] = 0;
+  const uint16_t check = net::internet_checksum(std::span<const uint8_t>(ip, net::kIpv4Bytes));
+  ip[10] = uint8_t(check >> 8);
+  ip[11] = uint8_t(check);
+  frames.push_back(b().pool.frame(fragment, 0));
+  frames.push_back(b().pool.frame(a.data("a4"), 0));
+  const auto [taken, ports] = offer(*b().lcore, 0, frames, b().now_ns);
+  ASSERT_EQ(taken, 3u);
+  EXPECT_EQ(ports, (std::vector<uint16_t>{1, 1, 1}));
+  const Sent a1 = sent_of(frames[0]);
+  const Sent c1 = sent_of(frames[1]);
+  const Sent a2 = sent_of(frames[2]);
+  EXPECT_EQ(a1.p.dst_port, oa.tcp_port);
+  EXPECT_EQ(a1.p.seq, a_seq);
+  EXPECT_EQ(a1.payload(), "a1");
+  EXPECT_EQ(c1.p.dst_port, oc.tcp_port);
+  EXPECT_EQ(c1.p.seq, c_seq);
+  EXPECT_EQ(c1.payload(), "c1");
+  EXPECT_EQ(a2.p.dst_port, oa.tcp_port);
+  EXPECT_EQ(a2.p.seq, a_seq + 2);
+  EXPECT_EQ(a2.payload(), "a2");
+  finish(frames, taken);  // the fragment is dropped, "a4" goes the general way
+
+  // The next burst, from the owners, in turn again; then one of flow a's client frames.
+  std::vector<Frame*> back = {b().pool.frame(oc.data("r1"), 1), b().pool.frame(oa.data("r2"), 1),
+                              b().pool.frame(oc.data("r3"), 1)};
+  const auto [back_taken, back_ports] = offer(*b().lcore, 1, back, b().now_ns);
+  ASSERT_EQ(back_taken, 3u);
+  EXPECT_EQ(back_ports, (std::vector<uint16_t>{0, 0, 0}));
+  EXPECT_EQ(sent_of(back[0]).p.dst_port, c.tcp_port);
+  EXPECT_EQ(sent_of(back[1]).p.dst_port, a.tcp_port);
+  EXPECT_EQ(sent_of(back[2]).p.dst_port, c.tcp_port);
+  EXPECT_EQ(sent_of(back[2]).payload(), "r3");
+  finish(back, back_taken);
+  Frame* again = b().pool.frame(a.data("a5"), 0);
+  EXPECT_EQ(offer(*b().lcore, 0, {again}, b().now_ns).first, 1u);
+  EXPECT_EQ(sent_of(again).p.dst_port, oa.tcp_port);
+  b().pool.free(again);
+}
+
 // The fast path remembers its last flow; a flow freed and its slot taken by another session
 // must not be found that way.
 TEST_F(FastPath, AFreedFlowIsNotFoundThroughTheLastLookup) {

@@ -220,7 +220,7 @@ class Lcore final : public BurstHandler {
   void client_established(Flow& fl, Frame* f, const net::Packet& p);
   void owner_established(Flow& fl, Frame* f, const net::Packet& p);
   bool ack_storm(Leg& leg, const net::Packet& p);
-  // fast_path.cc: fast_mask_, fast_expect_ and fast_macs_ from the config.
+  // fast_path.cc: fast_checks_ and fast_macs_ from the config.
   void prepare_fast_checks();
   // Fills fl's FastRewrites (on entering kSpliced).
   void prepare_fast(Flow& fl);
@@ -268,21 +268,23 @@ class Lcore final : public BurstHandler {
   // The fast path's checks of a frame's first 48 bytes, as six words loaded from it: word k
   // passes when (word ^ expect[k]) & mask[k] is 0 (k = 0, 1, 2, 5; word 0, the destination
   // MAC, is compared with the arrival port's in fast_macs_, each MAC loaded the same way).
-  // ip_head and ip_tail select the IPv4 header's bytes in words 1 and 4
-  // (prepare_fast_checks).
+  // run_mask adds the bytes every frame of one flow and direction shares: the addresses, the
+  // ports and the TCP header's length. ip_head and ip_tail select the IPv4 header's bytes in
+  // words 1 and 4 (prepare_fast_checks).
   struct FastChecks {
     std::array<uint64_t, 6> mask{};
     std::array<uint64_t, 6> expect{};
+    std::array<uint64_t, 6> run_mask{};
     uint64_t ip_head = 0;
     uint64_t ip_tail = 0;
   };
   FastChecks fast_checks_;
   std::vector<uint64_t> fast_macs_;
-  // The fast path's last lookup: the tuple as it lies in the frame, and its flow. Reset when
-  // that flow is freed (free_flow), so a slot reused by another flow is never found this way.
+  // The fast path's last flow and direction: the words its frames have under run_mask (word
+  // 0, the destination MAC, is the arrival port's), and its slot. Reset when that flow is
+  // freed (free_flow), so a slot reused by another flow is never found this way.
   struct FastKey {
-    uint64_t addresses = 0;
-    uint32_t ports = 0;
+    std::array<uint64_t, 6> expect{};
     uint32_t flow = detail::kNoSlot;
     bool from_client = false;
   };
