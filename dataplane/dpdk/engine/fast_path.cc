@@ -49,6 +49,14 @@ inline Words2 load_words2(const uint8_t* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+inline bool any(Words2 v) {
+  return (v[0] | v[1]) != 0;
+}
+inline uint64_t load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 
 // The one's-complement addition of 64-bit words (net::checksum_fold folds the result).
 inline uint64_t add64(uint64_t a, uint64_t b) {
@@ -215,7 +223,7 @@ inline void clear(Run& run) {
 // acknowledge bytes it injected: the general path's cases). Inlined, so that the run stays in
 // registers.
 [[gnu::always_inline]] inline bool start(Run& run, detail::Flow* flows, uint32_t id,
-                                         bool from_client, const uint64_t (&expect)[6],
+                                         bool from_client, const Words2 (&expect)[3],
                                          uint16_t port) {
   detail::Flow& fl = flows[id];
   if (!fl.fast_ready || (fl.c2o.edits() | fl.o2c.edits()) != 0) return false;
@@ -227,9 +235,9 @@ inline void clear(Run& run) {
   run.rw = from_client ? &fl.c2o_fast : &fl.o2c_fast;
   run.seq_base = from_client ? fl.c2o.base() : fl.o2c.base();
   run.ack_base = from_client ? fl.o2c.base() : fl.c2o.base();
-  uint8_t word5[8];  // bytes 40-47
-  std::memcpy(word5, &expect[5], 8);
-  run.header_bytes = uint32_t(word5[kL4 + 12 - 40] >> 4) * 4;
+  uint8_t tail[16];  // bytes 32-47
+  std::memcpy(tail, &expect[2], 16);
+  run.header_bytes = uint32_t(tail[kL4 + 12 - 32] >> 4) * 4;
   run.ts_at = run.header_bytes == net::kTcpBytes ? 0 : run.rw->ts_at;
   run.switch_port = from_client && fl.client.port != port;
   return true;
@@ -252,13 +260,18 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
   Run run;
   clear(run);
   if (fast_key_.flow != detail::kNoSlot) {
-    uint64_t expect[6];
+    Words2 expect[3];
     std::memcpy(expect, fast_key_.expect.data(), sizeof expect);
-    expect[0] = mac;
+    expect[0][0] = mac;
     start(run, flows, fast_key_.flow, fast_key_.from_client, expect, port);
   }
   Words2 run_mask[3];
+  Words2 fixed_mask[3];
+  Words2 fixed_expect[3];
   std::memcpy(run_mask, checks.run_mask.data(), sizeof run_mask);
+  std::memcpy(fixed_mask, checks.mask.data(), sizeof fixed_mask);
+  std::memcpy(fixed_expect, checks.expect.data(), sizeof fixed_expect);
+  fixed_expect[0][0] = mac;
   uint64_t packets[2] = {0, 0};  // [from the owner, from the client]
   uint64_t bytes[2] = {0, 0};
   size_t i = 0;
@@ -266,17 +279,14 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
     uint8_t* const d = rx[i].data;
     const uint32_t len = rx[i].len;
     if (len < kHeaders) break;
-    const Words2 miss = ((load_words2(d) ^ run.expect[0]) & run_mask[0]) |
-                        ((load_words2(d + 16) ^ run.expect[1]) & run_mask[1]) |
-                        ((load_words2(d + 32) ^ run.expect[2]) & run_mask[2]);
-    uint64_t w[6];
-    std::memcpy(w, d, sizeof w);
-    if ((miss[0] | miss[1]) != 0) [[unlikely]] {
+    const Words2 v[3] = {load_words2(d), load_words2(d + 16), load_words2(d + 32)};
+    if (any(((v[0] ^ run.expect[0]) & run_mask[0]) | ((v[1] ^ run.expect[1]) & run_mask[1]) |
+            ((v[2] ^ run.expect[2]) & run_mask[2]))) [[unlikely]] {
       // Another flow, or no frame for the fast path. net::parse_established()'s checks of
       // the fixed fields, on the bytes as they lie, then the flow's lookup.
-      if ((((w[0] ^ mac) & checks.mask[0]) | ((w[1] ^ checks.expect[1]) & checks.mask[1]) |
-           ((w[2] ^ checks.expect[2]) & checks.mask[2]) |
-           ((w[5] ^ checks.expect[5]) & checks.mask[5])) != 0) {
+      if (any(((v[0] ^ fixed_expect[0]) & fixed_mask[0]) |
+              ((v[1] ^ fixed_expect[1]) & fixed_mask[1]) |
+              ((v[2] ^ fixed_expect[2]) & fixed_mask[2]))) {
         break;
       }
       const uint32_t header_bytes = uint32_t(d[kL4 + 12] >> 4) * 4;
@@ -287,9 +297,7 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
                               host16(load16(t + 2))};
       const uint32_t id = tuples_.find(tuple);
       if (id == flow::TupleMap::kNone) break;
-      uint64_t expect[6];
-      for (size_t k = 0; k < 6; ++k)
-        expect[k] = w[k] & checks.run_mask[k];
+      const Words2 expect[3] = {v[0] & run_mask[0], v[1] & run_mask[1], v[2] & run_mask[2]};
       if (!start(run, flows, id, flows[id].client.rx == tuple, expect, port)) break;
     }
     // The checks that differ from frame to frame: the lengths, the timestamp option's
@@ -300,8 +308,9 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
     const uint32_t total = host16(load16(ip + 2));
     if (total < uint32_t(net::kIpv4Bytes) + header_bytes || len - kL3 < total) break;
     if (header_bytes != net::kTcpBytes && load32(t + net::kTcpBytes) != kTimestampOptionWire) break;
-    if (net::checksum_fold(add64(add64(add64(w[1] & checks.ip_head, w[2]), w[3]),
-                                 w[4] & checks.ip_tail)) != 0xffff) {
+    if (net::checksum_fold(
+            add64(add64(add64(load64(d + 8) & checks.ip_head, load64(d + 16)), load64(d + 24)),
+                  load64(d + 32) & checks.ip_tail)) != 0xffff) {
       break;
     }
     const uint32_t payload = total - uint32_t(net::kIpv4Bytes) - header_bytes;
