@@ -6,9 +6,11 @@
 // the driver's fast path, Lcore::fast, takes every frame), and the same with the
 // established-flow path switched off ("general"); with the established-flow frames also (d) by
 // bare ethdev calls plus only the rewrite every full-NAT splice does, with a flow-table lookup
-// per frame (bench::run_bare_rewrite). Then, informational, the splice of 64-byte segments of
-// 32 flows in turn, each frame's flow looked up in the table. Prints Mpps per lcore for each;
-// the filling of the ring is not timed.
+// per frame (bench::run_bare_rewrite), and (e) by port::LcoreLoop with a fast path that takes
+// every frame and does nothing else (bench::FastForward), then one that also writes one byte
+// of each frame's TCP header: the floors of (c). Then, informational, the splice of 64-byte
+// segments of 32 flows in turn, each frame's flow looked up in the table. Prints Mpps per
+// lcore for each; the filling of the ring is not timed.
 // Usage: dpdk_forward_bench [--packets=N] [--seconds=S]  (--benchmark_* flags are accepted and
 // ignored but for a short smoke run: CI passes --benchmark_min_time). Needs no hugepages and no
 // NIC.
