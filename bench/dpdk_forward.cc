@@ -176,17 +176,18 @@ void FastForward::burst(std::span<dpdk::engine::Frame*> rx, uint64_t) {
     pool_.free(f);
 }
 
-size_t FastForward::fast(uint16_t, std::span<const dpdk::engine::RxView> rx, uint16_t* out_port,
-                         uint64_t) {
+size_t FastForward::fast(uint16_t, std::span<const dpdk::engine::RxView> rx,
+                         dpdk::engine::FastRun* runs, uint64_t) {
   // Byte 40: in the TCP header's sequence number, on the line every rewrite writes.
   constexpr uint32_t kWritten = 40;
   size_t i = 0;
   for (; i < rx.size(); ++i) {
     if (rx[i].len <= kWritten) break;
     if (write_) rx[i].data[kWritten] ^= 1;
-    out_port[i] = tx_port_;
   }
-  return i;
+  if (i == 0) return 0;
+  runs[0] = {uint16_t(i), tx_port_};
+  return 1;
 }
 
 ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,

@@ -97,7 +97,7 @@ class FastForward final : public dpdk::engine::BurstHandler {
   void tick(uint64_t) override {}
   std::span<dpdk::engine::Frame*> take_tx() override { return {}; }
   bool has_fast_path() const override { return true; }
-  size_t fast(uint16_t port, std::span<const dpdk::engine::RxView> rx, uint16_t* out_port,
+  size_t fast(uint16_t port, std::span<const dpdk::engine::RxView> rx, dpdk::engine::FastRun* runs,
               uint64_t now_ns) override;
 
  private:

@@ -208,12 +208,15 @@ class Bench {
       std::vector<engine::RxView> views;
       for (size_t i = at; i < end; ++i)
         views.push_back({frames[i]->data, frames[i]->len});
-      std::vector<uint16_t> out_ports(views.size());
-      const size_t fast = lcore->fast(frames[at]->port, views, out_ports.data(), now_ns);
-      for (size_t i = 0; i < fast; ++i) {
-        frames[at + i]->port = out_ports[i];
-        all.push_back(sent_of(frames[at + i]));
-        pool.free(frames[at + i]);
+      std::vector<engine::FastRun> runs(views.size());
+      const size_t run_count = lcore->fast(frames[at]->port, views, runs.data(), now_ns);
+      size_t fast = 0;
+      for (size_t r = 0; r < run_count; ++r) {
+        for (; fast < runs[r].end; ++fast) {
+          frames[at + fast]->port = runs[r].port;
+          all.push_back(sent_of(frames[at + fast]));
+          pool.free(frames[at + fast]);
+        }
       }
       fast_taken += fast;
       std::vector<Frame*> rest(frames.begin() + long(at + fast), frames.begin() + long(end));

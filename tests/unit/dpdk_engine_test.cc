@@ -1428,9 +1428,22 @@ std::pair<size_t, std::vector<uint16_t>> offer(engine::Lcore& lcore, uint16_t po
   std::vector<engine::RxView> views;
   for (Frame* f : frames)
     views.push_back({f->data, f->len});
-  std::vector<uint16_t> out(frames.size(), 0xffff);
-  const size_t n = lcore.fast(port, views, out.data(), now_ns);
-  out.resize(n);
+  std::vector<engine::FastRun> runs(frames.size());
+  const size_t count = lcore.fast(port, views, runs.data(), now_ns);
+  EXPECT_LE(count, frames.size());
+  // The runs as the driver reads them: each one frame at least, the ports of runs next to
+  // each other different (a run ends where the port changes).
+  std::vector<uint16_t> out;
+  for (size_t r = 0; r < count; ++r) {
+    EXPECT_GT(runs[r].end, out.size()) << "run " << r << " holds no frame";
+    EXPECT_LE(runs[r].end, frames.size());
+    if (r != 0) {
+      EXPECT_NE(runs[r].port, runs[r - 1].port) << "run " << r;
+    }
+    out.resize(std::max<size_t>(out.size(), runs[r].end), runs[r].port);
+  }
+  const size_t n = engine::fast_taken(runs.data(), count);
+  EXPECT_EQ(out.size(), n);
   return {n, out};
 }
 
@@ -1504,7 +1517,7 @@ TEST_F(FastPath, LeavesWhatTheGeneralPathMustSee) {
   // A frame the driver could not make contiguous (len 0) and one from the exception port.
   Frame* f = b().pool.frame(c.data("w"), 0);
   std::vector<engine::RxView> views = {{f->data, 0}};
-  uint16_t out = 0;
+  engine::FastRun out;
   EXPECT_EQ(b().lcore->fast(0, views, &out, b().now_ns), 0u);
   b().pool.free(f);
   EXPECT_EQ(b().lcore->counters().fast_path, 0u);
@@ -1536,6 +1549,55 @@ TEST_F(FastPath, RepeatedPureAckGoesToTheAckStormCheck) {
   Frame* update = b().pool.frame(c.segment(net::kAck), 0);
   EXPECT_EQ(offer(*b().lcore, 0, {update}, b().now_ns).first, 1u);
   b().pool.free(update);
+}
+
+// A segment the fast path takes ends a run of repeated pure ACKs, as one the general path takes
+// does: the ACK-storm count starts again.
+TEST_F(FastPath, ASegmentTakenEndsARunOfRepeatedAcks) {
+  engine::LcoreConfig cfg = default_config();
+  cfg.ack_storm_max = 3;
+  rebuild(cfg);
+  Endpoint c = make_client();
+  settle(c);
+  const auto repeat_acks = [&](int count) {
+    for (int i = 0; i < count; ++i) {
+      Frame* f = b().pool.frame(c.segment(net::kAck), 0);
+      const size_t taken = offer(*b().lcore, 0, {f}, b().now_ns).first;
+      finish({f}, taken);
+    }
+  };
+  repeat_acks(1 + 3);  // the first is new; three repeats, the most the window allows
+  EXPECT_EQ(b().lcore->counters().ack_storm_drops, 0u);
+  Frame* data = b().pool.frame(c.data("d"), 0);
+  ASSERT_EQ(offer(*b().lcore, 0, {data}, b().now_ns).first, 1u);
+  b().pool.free(data);
+  repeat_acks(3);
+  EXPECT_EQ(b().lcore->counters().ack_storm_drops, 0u);
+  repeat_acks(1);
+  EXPECT_EQ(b().lcore->counters().ack_storm_drops, 1u);
+}
+
+// Segments the fast path takes keep a spliced flow alive; it expires only when the idle time
+// has passed since the last of them.
+TEST_F(FastPath, SegmentsTakenKeepTheFlowFromExpiring) {
+  engine::LcoreConfig cfg = default_config();
+  cfg.established_idle_ms = 10'000;
+  rebuild(cfg);
+  Endpoint c = make_client();
+  settle(c);
+  ASSERT_EQ(b().lcore->flows(), 1u);
+  for (int i = 0; i < 3; ++i) {
+    b().jump_ms(6'000);
+    Frame* f = b().pool.frame(c.data("k"), 0);
+    ASSERT_EQ(offer(*b().lcore, 0, {f}, b().now_ns).first, 1u);
+    b().pool.free(f);
+  }
+  b().jump_ms(6'000);
+  EXPECT_EQ(b().lcore->flows(), 1u) << "18 s in, 6 s after the last segment";
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+  b().jump_ms(5'000);
+  EXPECT_EQ(b().lcore->flows(), 0u) << "11 s after the last segment";
+  EXPECT_EQ(b().lcore->counters().flows_expired, 1u);
 }
 
 // The fast path keeps the flow and direction of the frames it takes, within a burst and
@@ -1591,6 +1653,42 @@ TEST_F(FastPath, FramesOfSeveralFlowsInTurnEachGoToTheirOwnPeer) {
   EXPECT_EQ(offer(*b().lcore, 0, {again}, b().now_ns).first, 1u);
   EXPECT_EQ(sent_of(again).p.dst_port, oa.tcp_port);
   b().pool.free(again);
+}
+
+// One rx port may carry frames that leave by different ports: here the owners of two flows
+// on port 1, whose clients are on ports 0 and 2. The fast path gives a run per port, in order
+// (offer() checks that runs next to each other differ).
+TEST_F(FastPath, ABurstForSeveralPortsIsTakenAsARunPerPort) {
+  engine::LcoreConfig cfg = default_config();
+  const net::MacAddr port2_mac{{0x02, 0, 0, 0, 0xee, 0x02}};
+  cfg.port_macs.push_back(port2_mac);
+  rebuild(cfg);
+  Endpoint a = make_client(40001, 0x10000000);
+  Endpoint oa = settle(a);
+  Endpoint c = make_client(40002, 0x20000000);
+  c.port_id = 2;
+  c.gw_mac = port2_mac;
+  const Spliced r = splice_session(*b().lcore, b().pool, c, b().now_ns);
+  ASSERT_TRUE(r.owner) << r.error;
+  Endpoint oc = *r.owner;
+  // The first ACK each way retires the sequence maps' edits, as in settle().
+  for (const Sent& s : b().deliver(oc.segment(net::kAck), 1))
+    c.receive(s);
+  for (const Sent& s : b().deliver(c.data("x"), 2))
+    oc.receive(s);
+
+  std::vector<Frame*> frames = {b().pool.frame(oa.data("r1"), 1), b().pool.frame(oc.data("s1"), 1),
+                                b().pool.frame(oc.data("s2"), 1), b().pool.frame(oa.data("r2"), 1)};
+  const auto [taken, ports] = offer(*b().lcore, 1, frames, b().now_ns);
+  ASSERT_EQ(taken, 4u);
+  EXPECT_EQ(ports, (std::vector<uint16_t>{0, 2, 2, 0}));
+  EXPECT_EQ(sent_of(frames[0]).p.dst_port, a.tcp_port);
+  EXPECT_EQ(sent_of(frames[0]).payload(), "r1");
+  EXPECT_EQ(sent_of(frames[1]).p.dst_port, c.tcp_port);
+  EXPECT_EQ(sent_of(frames[2]).payload(), "s2");
+  EXPECT_EQ(sent_of(frames[3]).p.dst_port, a.tcp_port);
+  EXPECT_EQ(sent_of(frames[3]).payload(), "r2");
+  finish(frames, taken);
 }
 
 // The fast path remembers its last flow; a flow freed and its slot taken by another session

@@ -88,23 +88,31 @@ class EchoHandler : public engine::BurstHandler {
 };
 
 // Echo with a fast path: it takes frames whose byte 1 is kFastMark (marking each by setting
-// byte 2) from the front of a burst and stops at the first other one, as Lcore::fast does.
+// byte 2) from the front of a burst and stops at the first other one, as Lcore::fast does. A
+// taken frame whose byte 3 is kBack goes back by the port it came from, others by the other
+// port; runs of frames for one port are one FastRun.
 class FastEchoHandler : public EchoHandler {
  public:
   static constexpr uint8_t kFastMark = 0xf1;
+  static constexpr uint8_t kBack = 0xba;
   FastEchoHandler(uint16_t a, uint16_t b) : EchoHandler(a, b), a_(a), b_(b) {}
 
   bool has_fast_path() const override { return true; }
-  size_t fast(uint16_t port, std::span<const engine::RxView> rx, uint16_t* out_port,
+  size_t fast(uint16_t port, std::span<const engine::RxView> rx, engine::FastRun* runs,
               uint64_t) override {
     ++fast_calls;
-    size_t i = 0;
-    for (; i < rx.size(); ++i) {
-      if (rx[i].len < 3 || rx[i].data[1] != kFastMark) break;
+    size_t count = 0;
+    for (size_t i = 0; i < rx.size(); ++i) {
+      if (rx[i].len < 4 || rx[i].data[1] != kFastMark) break;
       rx[i].data[2] = 'F';
-      out_port[i] = port == a_ ? b_ : a_;
+      const uint16_t out = rx[i].data[3] == kBack ? port : (port == a_ ? b_ : a_);
+      if (count != 0 && runs[count - 1].port == out) {
+        runs[count - 1].end = uint16_t(i + 1);
+      } else {
+        runs[count++] = {uint16_t(i + 1), out};
+      }
     }
-    return i;
+    return count;
   }
   size_t fast_calls = 0;
 
@@ -510,6 +518,65 @@ TEST_F(DpdkPortTest, LoopOffersEachBurstToTheFastPathFirst) {
   LcoreLoop only_a(rx, std::span<Port* const>(tx, 0), 0, echo);
   EXPECT_EQ(only_a.run_once(), 1u);
   EXPECT_EQ(only_a.counters().tx_unknown_port, 1u);
+}
+
+// The fast path's runs: frames for several ports in one burst each leave by their port, in
+// order, and a whole burst for one port with nothing staged for it goes out at once.
+TEST_F(DpdkPortTest, LoopSendsEachRunOfTheFastPathByItsPort) {
+  ASSERT_TRUE(make_pair());
+  FastEchoHandler echo(a_->port->id(), b_->port->id());
+  const RxSource rx[] = {{a_->port.get(), 0}};
+  Port* const tx[] = {a_->port.get(), b_->port.get()};
+  LcoreLoop loop(rx, tx, 0, echo);
+  const auto put = [&](uint8_t number, bool back) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_->mempool());
+    ASSERT_NE(m, nullptr);
+    auto* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, kFrameBytes));
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0, kFrameBytes);
+    p[0] = number;
+    p[1] = FastEchoHandler::kFastMark;
+    p[3] = back ? FastEchoHandler::kBack : 0;
+    ASSERT_EQ(rte_ring_enqueue(a_->rx, m), 0);
+  };
+  // Runs b b | a | b b | a a: four runs, two ports.
+  const bool back[] = {false, false, true, false, false, true, true};
+  for (uint8_t i = 0; i < std::size(back); ++i)
+    put(i, back[i]);
+  EXPECT_EQ(loop.run_once(), std::size(back));
+  const auto numbers = [&](RingPort& port) {
+    std::vector<int> seen;
+    const std::vector<rte_mbuf*> out = drain_tx(port);
+    for (rte_mbuf* m : out) {
+      const uint8_t* p = rte_pktmbuf_mtod(m, uint8_t*);
+      EXPECT_EQ(p[2], 'F');
+      seen.push_back(p[0]);
+    }
+    free_all(out);
+    return seen;
+  };
+  EXPECT_EQ(numbers(*b_), (std::vector<int>{0, 1, 3, 4}));
+  EXPECT_EQ(numbers(*a_), (std::vector<int>{2, 5, 6}));
+  EXPECT_EQ(loop.counters().tx, std::size(back));
+
+  // A whole burst for b, then one frame back to a and a burst for b again: every frame
+  // leaves, in order on each port.
+  for (uint8_t i = 0; i < LcoreLoop::kBurstMax; ++i)
+    put(uint8_t(10 + i), false);
+  EXPECT_EQ(loop.run_once(), LcoreLoop::kBurstMax);
+  put(100, true);
+  for (uint8_t i = 0; i < LcoreLoop::kBurstMax - 1; ++i)
+    put(uint8_t(101 + i), false);
+  EXPECT_EQ(loop.run_once(), LcoreLoop::kBurstMax);
+  std::vector<int> want_b;
+  for (int i = 0; i < LcoreLoop::kBurstMax; ++i)
+    want_b.push_back(10 + i);
+  for (int i = 0; i < LcoreLoop::kBurstMax - 1; ++i)
+    want_b.push_back(101 + i);
+  EXPECT_EQ(numbers(*b_), want_b);
+  EXPECT_EQ(numbers(*a_), (std::vector<int>{100}));
+  EXPECT_EQ(loop.counters().tx, std::size(back) + 2u * LcoreLoop::kBurstMax);
+  EXPECT_EQ(loop.counters().tx_dropped, 0u);
 }
 
 TEST_F(DpdkPortTest, LoopTicksWhileIdleAndSendsWhatTickMade) {

@@ -245,9 +245,10 @@ inline void clear(Run& run) {
 
 }  // namespace
 
-size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port, uint64_t now_ns) {
+size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uint64_t now_ns) {
   // The kernel's frames (TAP port) are addressed to their next hop: the general path.
   if (!config_.established_path || port >= fast_macs_.size() || from_kernel_port(port)) return 0;
+  if (rx.size() > UINT16_MAX) rx = rx.first(UINT16_MAX);  // FastRun::end
   advance_clock(now_ns);
   // Locals, not members, in the loop: its stores into the frames (bytes, which may alias
   // anything) would otherwise make the compiler load the members again for every frame.
@@ -274,6 +275,19 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
   fixed_expect[0][0] = mac;
   uint64_t packets[2] = {0, 0};  // [from the owner, from the client]
   uint64_t bytes[2] = {0, 0};
+  // What holds for all the frames a run took is written once, when the run ends: the flow was
+  // seen now, the leg's ACK-storm count is back to 0 (each frame taken resets it), the packets.
+  size_t run_from = 0;  // the run's first frame
+  const auto end_run = [&](size_t end) {
+    if (end == run_from) return;
+    run.fl->last_seen_ms = now_ms;
+    run.in->storm_count = 0;
+    packets[run.from_client] += end - run_from;
+  };
+  // The frames taken as runs of one port: the current one began at port_from.
+  size_t port_runs = 0;
+  size_t port_from = 0;
+  uint16_t out_port = run.flow != detail::kNoSlot ? run.rw->port : 0;
   size_t i = 0;
   for (; i < rx.size(); ++i) {
     uint8_t* const d = rx[i].data;
@@ -284,6 +298,8 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
             ((v[2] ^ run.expect[2]) & run_mask[2]))) [[unlikely]] {
       // Another flow, or no frame for the fast path. net::parse_established()'s checks of
       // the fixed fields, on the bytes as they lie, then the flow's lookup.
+      end_run(i);
+      run_from = i;
       if (any(((v[0] ^ fixed_expect[0]) & fixed_mask[0]) |
               ((v[1] ^ fixed_expect[1]) & fixed_mask[1]) |
               ((v[2] ^ fixed_expect[2]) & fixed_mask[2]))) {
@@ -299,6 +315,11 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
       if (id == flow::TupleMap::kNone) break;
       const Words2 expect[3] = {v[0] & run_mask[0], v[1] & run_mask[1], v[2] & run_mask[2]};
       if (!start(run, flows, id, flows[id].client.rx == tuple, expect, port)) break;
+      if (run.rw->port != out_port) {
+        if (i != port_from) runs[port_runs++] = {uint16_t(i), out_port};
+        port_from = i;
+        out_port = run.rw->port;
+      }
     }
     // The checks that differ from frame to frame: the lengths, the timestamp option's
     // layout and the IPv4 header checksum (from the words already loaded).
@@ -328,8 +349,6 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
       in.last_ack = ack;
       in.last_window = window;
     }
-    in.storm_count = 0;
-    fl.last_seen_ms = now_ms;
     if (run.switch_port) [[unlikely]] {
       set_client_port(fl, port);
       run.switch_port = false;
@@ -373,10 +392,10 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
     std::memcpy(ip + 10, &ip_check, 2);
     const uint16_t tcp_check = uint16_t(~net::checksum_fold(tcp_sum));
     std::memcpy(t + 16, &tcp_check, 2);
-    out_port[i] = rw.port;
-    ++packets[run.from_client];
     bytes[run.from_client] += payload;
   }
+  end_run(i);
+  if (i != port_from) runs[port_runs++] = {uint16_t(i), out_port};
   if (run.flow != detail::kNoSlot) {
     std::memcpy(fast_key_.expect.data(), run.expect, sizeof run.expect);
     fast_key_.flow = run.flow;
@@ -392,7 +411,7 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, uint16_t* out_port
   counters_.c2o_bytes += bytes[1];
   counters_.o2c_packets += packets[0];
   counters_.o2c_bytes += bytes[0];
-  return i;
+  return port_runs;
 }
 
 }  // namespace sluice::dpdk::engine

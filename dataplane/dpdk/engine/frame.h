@@ -42,6 +42,18 @@ struct RxView {
   uint32_t len = 0;
 };
 
+// Frames the fast path took that leave by one port: from where the run before ended (0 for the
+// first) to before `end`. Each run holds at least one frame.
+struct FastRun {
+  uint16_t end = 0;
+  uint16_t port = 0;
+};
+
+// The frames the fast path took, from its runs.
+inline size_t fast_taken(const FastRun* runs, size_t count) {
+  return count == 0 ? 0 : runs[count - 1].end;
+}
+
 // What a poll-mode loop drives: the DPDK driver (port/) hands it received frames and sends
 // what it returns; tests and benchmarks call it directly with crafted frames.
 class BurstHandler {
@@ -59,12 +71,13 @@ class BurstHandler {
   // The fast path, for a handler that has one (has_fast_path(), asked once by the driver):
   // tried on every received burst before its frames become Frames. It takes frames from the
   // front of `rx` (all from `port`), in order, rewrites each in place without changing its
-  // length, sets out_port[i] to the port it leaves by, and stops at the first frame it leaves
-  // to burst(). Returns how many it took; the driver sends those as they are, then hands the
-  // rest of the burst to burst(), so the frames of a flow keep their order and every frame
-  // burst() sees finds the state the frames before it left.
+  // length, and stops at the first frame it leaves to burst(). It describes the frames it took
+  // as runs that each leave by one port (FastRun), in runs[0..k) (room for rx.size()), and
+  // returns k: it took frames [0, runs[k-1].end), none when k is 0. The driver sends those as
+  // they are, then hands the rest of the burst to burst(), so the frames of a flow keep their
+  // order and every frame burst() sees finds the state the frames before it left.
   virtual bool has_fast_path() const { return false; }
-  virtual size_t fast(uint16_t /*port*/, std::span<const RxView> /*rx*/, uint16_t* /*out_port*/,
+  virtual size_t fast(uint16_t /*port*/, std::span<const RxView> /*rx*/, FastRun* /*runs*/,
                       uint64_t /*now_ns*/) {
     return 0;
   }

@@ -59,14 +59,18 @@ inline void LcoreLoop::stage(rte_mbuf* m, uint16_t port) {
   if (stage.count == kTxStageMax) flush(slot);
 }
 
-void LcoreLoop::stage_run(rte_mbuf* const* mbufs, uint16_t count, uint16_t port) {
+void LcoreLoop::stage_run(rte_mbuf** mbufs, uint16_t count, uint16_t port) {
   const uint8_t slot = port < kPortIdsMax ? slot_of_port_[port] : kNoSlot;
   if (slot == kNoSlot) [[unlikely]] {
     counters_.tx_unknown_port += count;
-    rte_pktmbuf_free_bulk(const_cast<rte_mbuf**>(mbufs), count);
+    rte_pktmbuf_free_bulk(mbufs, count);
     return;
   }
   TxStage& stage = tx_[slot];
+  if (stage.count == 0 && count == kTxStageMax) {
+    send(stage.port_id, mbufs, count);
+    return;
+  }
   while (count != 0) {
     const uint16_t n = std::min<uint16_t>(count, uint16_t(kTxStageMax - stage.count));
     std::memcpy(&stage.mbufs[stage.count], mbufs, n * sizeof(rte_mbuf*));
@@ -92,17 +96,15 @@ uint32_t LcoreLoop::run_once() {
         // len 0: a multi-segment mbuf, refused below, never taken by the fast path.
         rx_views_[i] = {rte_pktmbuf_mtod(m, uint8_t*), m->nb_segs == 1 ? m->data_len : 0u};
       }
-      first = static_cast<uint16_t>(
-          handler_.fast(port_id, std::span(rx_views_.data(), n), fast_ports_.data(), now));
-      SLUICE_ASSERT(first <= n);
-      // Runs of frames for one port (usually the whole burst) are staged together.
-      for (uint16_t i = 0; i < first;) {
-        const uint16_t port = fast_ports_[i];
-        uint16_t end = uint16_t(i + 1);
-        while (end < first && fast_ports_[end] == port)
-          ++end;
-        stage_run(&rx_mbufs_[i], uint16_t(end - i), port);
-        i = end;
+      const size_t runs =
+          handler_.fast(port_id, std::span(rx_views_.data(), n), fast_runs_.data(), now);
+      SLUICE_ASSERT(runs <= n);
+      // Each run of frames for one port (usually the whole burst) is staged at once.
+      for (size_t r = 0; r < runs; ++r) {
+        const engine::FastRun run = fast_runs_[r];
+        SLUICE_ASSERT(run.end > first && run.end <= n);
+        stage_run(&rx_mbufs_[first], uint16_t(run.end - first), run.port);
+        first = run.end;
       }
     }
     uint16_t frames = 0;
@@ -142,14 +144,18 @@ void LcoreLoop::transmit() {
 
 void LcoreLoop::flush(size_t slot) {
   TxStage& stage = tx_[slot];
-  const uint16_t sent = rte_eth_tx_burst(stage.port_id, tx_queue_, stage.mbufs.data(), stage.count);
-  counters_.tx += sent;
-  if (sent < stage.count) [[unlikely]] {
-    // The ring is full: the engine treats these as lost on the wire (TCP will resend).
-    counters_.tx_dropped += stage.count - sent;
-    rte_pktmbuf_free_bulk(stage.mbufs.data() + sent, stage.count - sent);
-  }
+  send(stage.port_id, stage.mbufs.data(), stage.count);
   stage.count = 0;
+}
+
+void LcoreLoop::send(uint16_t port_id, rte_mbuf** mbufs, uint16_t count) {
+  const uint16_t sent = rte_eth_tx_burst(port_id, tx_queue_, mbufs, count);
+  counters_.tx += sent;
+  if (sent < count) [[unlikely]] {
+    // The ring is full: the engine treats these as lost on the wire (TCP will resend).
+    counters_.tx_dropped += count - sent;
+    rte_pktmbuf_free_bulk(mbufs + sent, count - sent);
+  }
 }
 
 }  // namespace sluice::dpdk::port

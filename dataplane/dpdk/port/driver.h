@@ -66,9 +66,12 @@ class LcoreLoop {
   // Stages `m` for `port` (frees and counts it when this loop does not send on that port).
   // Inline: the fast path's frames come here one by one.
   [[gnu::always_inline]] inline void stage(rte_mbuf* m, uint16_t port);
-  // The same for `count` mbufs to one port (the fast path's frames).
-  void stage_run(rte_mbuf* const* mbufs, uint16_t count, uint16_t port);
+  // The same for `count` mbufs to one port (a run of the fast path's frames). A whole burst
+  // for a port with nothing staged goes to the port at once.
+  void stage_run(rte_mbuf** mbufs, uint16_t count, uint16_t port);
   void flush(size_t slot);
+  // tx_burst of `count` mbufs on `port_id`; frees and counts what the port does not take.
+  void send(uint16_t port_id, rte_mbuf** mbufs, uint16_t count);
 
   static constexpr uint8_t kNoSlot = 0xff;
   static constexpr size_t kPortIdsMax = 256;  // above DPDK's RTE_MAX_ETHPORTS (32 here)
@@ -90,7 +93,7 @@ class LcoreLoop {
   std::array<engine::Frame*, kBurstMax> rx_frames_{};
   bool fast_path_;  // the handler has one (asked once)
   std::array<engine::RxView, kBurstMax> rx_views_{};
-  std::array<uint16_t, kBurstMax> fast_ports_{};
+  std::array<engine::FastRun, kBurstMax> fast_runs_{};
   double ns_per_tsc_;
   uint64_t last_tick_ns_ = 0;
   LoopCounters counters_;
