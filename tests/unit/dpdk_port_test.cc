@@ -200,6 +200,20 @@ class DpdkPortTest : public ::testing::Test {
     }
   }
 
+  // Puts one frame into `rp`'s rx ring: byte 0 is its number, bytes 1 and 3 as given (what
+  // FastEchoHandler reads), the rest zero.
+  void put_marked(RingPort& rp, uint8_t number, uint8_t byte1, uint8_t byte3 = 0) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_->mempool());
+    ASSERT_NE(m, nullptr);
+    auto* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, kFrameBytes));
+    ASSERT_NE(p, nullptr);
+    std::memset(p, 0, kFrameBytes);
+    p[0] = number;
+    p[1] = byte1;
+    p[3] = byte3;
+    ASSERT_EQ(rte_ring_enqueue(rp.rx, m), 0);
+  }
+
   // Everything `rp` transmitted, in order.
   static std::vector<rte_mbuf*> drain_tx(RingPort& rp) {
     std::vector<rte_mbuf*> out;
@@ -457,14 +471,7 @@ TEST_F(DpdkPortTest, LoopOffersEachBurstToTheFastPathFirst) {
   Port* const tx[] = {b_->port.get()};
   LcoreLoop loop(rx, tx, 0, echo);
   const auto put = [&](uint8_t number, bool mark) {
-    rte_mbuf* m = rte_pktmbuf_alloc(pool_->mempool());
-    ASSERT_NE(m, nullptr);
-    auto* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, kFrameBytes));
-    ASSERT_NE(p, nullptr);
-    std::memset(p, 0, kFrameBytes);
-    p[0] = number;
-    p[1] = mark ? FastEchoHandler::kFastMark : 0;
-    ASSERT_EQ(rte_ring_enqueue(a_->rx, m), 0);
+    put_marked(*a_, number, mark ? FastEchoHandler::kFastMark : 0);
   };
   put(0, true);
   put(1, true);
@@ -529,15 +536,7 @@ TEST_F(DpdkPortTest, LoopSendsEachRunOfTheFastPathByItsPort) {
   Port* const tx[] = {a_->port.get(), b_->port.get()};
   LcoreLoop loop(rx, tx, 0, echo);
   const auto put = [&](uint8_t number, bool back) {
-    rte_mbuf* m = rte_pktmbuf_alloc(pool_->mempool());
-    ASSERT_NE(m, nullptr);
-    auto* p = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, kFrameBytes));
-    ASSERT_NE(p, nullptr);
-    std::memset(p, 0, kFrameBytes);
-    p[0] = number;
-    p[1] = FastEchoHandler::kFastMark;
-    p[3] = back ? FastEchoHandler::kBack : 0;
-    ASSERT_EQ(rte_ring_enqueue(a_->rx, m), 0);
+    put_marked(*a_, number, FastEchoHandler::kFastMark, back ? FastEchoHandler::kBack : 0);
   };
   // Runs b b | a | b b | a a: four runs, two ports.
   const bool back[] = {false, false, true, false, false, true, true};
