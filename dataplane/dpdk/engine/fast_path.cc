@@ -284,7 +284,7 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
     run.in->storm_count = 0;
     packets[run.from_client] += end - run_from;
   };
-  // The frames taken as runs of one port: the current one began at port_from.
+  // The frames taken as spans of one port (FastRun): the current one began at port_from.
   size_t port_runs = 0;
   size_t port_from = 0;
   uint16_t out_port = run.flow != detail::kNoSlot ? run.rw->port : 0;

@@ -42,14 +42,14 @@ struct RxView {
   uint32_t len = 0;
 };
 
-// Frames the fast path took that leave by one port: from where the run before ended (0 for the
-// first) to before `end`. Each run holds at least one frame.
+// A span of frames the fast path took that leave by one port: from where the span before ended
+// (0 for the first) to before `end`. Each span holds at least one frame.
 struct FastRun {
   uint16_t end = 0;
   uint16_t port = 0;
 };
 
-// The frames the fast path took, from its runs.
+// The frames the fast path took, from its spans.
 inline size_t fast_taken(const FastRun* runs, size_t count) {
   return count == 0 ? 0 : runs[count - 1].end;
 }
@@ -72,7 +72,7 @@ class BurstHandler {
   // tried on every received burst before its frames become Frames. It takes frames from the
   // front of `rx` (all from `port`), in order, rewrites each in place without changing its
   // length, and stops at the first frame it leaves to burst(). It describes the frames it took
-  // as runs that each leave by one port (FastRun), in runs[0..k) (room for rx.size()), and
+  // as spans that each leave by one port (FastRun), in runs[0..k) (room for rx.size()), and
   // returns k: it took frames [0, runs[k-1].end), none when k is 0. The driver sends those as
   // they are, then hands the rest of the burst to burst(), so the frames of a flow keep their
   // order and every frame burst() sees finds the state the frames before it left.

@@ -99,7 +99,7 @@ uint32_t LcoreLoop::run_once() {
       const size_t runs =
           handler_.fast(port_id, std::span(rx_views_.data(), n), fast_runs_.data(), now);
       SLUICE_ASSERT(runs <= n);
-      // Each run of frames for one port (usually the whole burst) is staged at once.
+      // Each span of frames for one port (usually the whole burst) is staged at once.
       for (size_t r = 0; r < runs; ++r) {
         const engine::FastRun run = fast_runs_[r];
         SLUICE_ASSERT(run.end > first && run.end <= n);

@@ -66,7 +66,7 @@ class LcoreLoop {
   // Stages `m` for `port` (frees and counts it when this loop does not send on that port).
   // Inline: the fast path's frames come here one by one.
   [[gnu::always_inline]] inline void stage(rte_mbuf* m, uint16_t port);
-  // The same for `count` mbufs to one port (a run of the fast path's frames). A whole burst
+  // The same for `count` mbufs to one port (a span of the fast path's frames). A whole burst
   // for a port with nothing staged goes to the port at once.
   void stage_run(rte_mbuf** mbufs, uint16_t count, uint16_t port);
   void flush(size_t slot);
