@@ -1577,6 +1577,42 @@ TEST_F(FastPath, ASegmentTakenEndsARunOfRepeatedAcks) {
   EXPECT_EQ(b().lcore->counters().ack_storm_drops, 1u);
 }
 
+// Every frame of a run has its IPv4 header checksum verified over the whole header: in a run
+// started in this burst and in one carried over from the last. A frame whose TTL and
+// identification differ from the run's first, with a checksum made right, is taken; one whose
+// checksum does not verify stops the fast path there.
+TEST_F(FastPath, EachFrameOfARunHasItsHeaderChecksumVerified) {
+  Endpoint c = make_client();
+  Endpoint o = settle(c);
+  const auto changed = [](std::vector<uint8_t> frame, bool checksum_right) {
+    uint8_t* ip = frame.data() + net::kEthernetBytes;
+    ip[4] = uint8_t(ip[4] + 0x11);  // identification
+    ip[8] = uint8_t(ip[8] - 7);     // TTL
+    if (checksum_right) {
+      ip[10] = ip[11] = 0;
+      const uint16_t check = net::internet_checksum(std::span<const uint8_t>(ip, net::kIpv4Bytes));
+      ip[10] = uint8_t(check >> 8);
+      ip[11] = uint8_t(check);
+    }
+    return frame;
+  };
+  const uint32_t seq = o.rcv_nxt;
+  for (int burst = 0; burst < 2; ++burst) {
+    SCOPED_TRACE(burst == 0 ? "run started in the burst" : "run from the last burst");
+    std::vector<Frame*> frames = {
+        b().pool.frame(c.data("a"), 0), b().pool.frame(changed(c.data("b"), true), 0),
+        b().pool.frame(changed(c.data("c"), false), 0), b().pool.frame(c.data("d"), 0)};
+    const auto [taken, ports] = offer(*b().lcore, 0, frames, b().now_ns);
+    ASSERT_EQ(taken, 2u);
+    const Sent second = sent_of(frames[1]);
+    EXPECT_EQ(second.p.dst_ip, kOwnerIp);
+    EXPECT_EQ(second.p.seq, seq + uint32_t(burst) * 4 + 1);
+    EXPECT_EQ(second.payload(), "b");
+    finish(frames, taken);  // "c" is dropped; "d" goes the general way
+  }
+  EXPECT_EQ(b().lcore->counters().fast_path, 4u);
+}
+
 // Segments the fast path takes keep a spliced flow alive; it expires only when the idle time
 // has passed since the last of them.
 TEST_F(FastPath, SegmentsTakenKeepTheFlowFromExpiring) {

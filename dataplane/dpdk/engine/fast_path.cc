@@ -6,6 +6,9 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#ifdef __SSE4_1__
+#include <smmintrin.h>
+#endif
 
 #include "dataplane/dpdk/engine/lcore.h"
 #include "dataplane/dpdk/net/checksum.h"
@@ -50,18 +53,11 @@ inline Words2 load_words2(const uint8_t* p) {
   return v;
 }
 inline bool any(Words2 v) {
+#ifdef __SSE4_1__
+  return _mm_testz_si128(__m128i(v), __m128i(v)) == 0;  // one PTEST
+#else
   return (v[0] | v[1]) != 0;
-}
-inline uint64_t load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
-// The one's-complement addition of 64-bit words (net::checksum_fold folds the result).
-inline uint64_t add64(uint64_t a, uint64_t b) {
-  const uint64_t sum = a + b;
-  return sum + (sum < a);
+#endif
 }
 
 // ~old + new over a 32-bit field, both as they lie in memory.
@@ -119,10 +115,6 @@ void Lcore::prepare_fast_checks() {
   want(kL3 + 7, 0xff, 0x00);
   want(kL3 + 9, 0xff, net::kProtoTcp);
   want(kL4 + 13, net::kSyn | net::kFin | net::kRst, 0x00);
-  uint8_t ip_head[8] = {};  // bytes 8-15
-  ip_head[kL3 - 8] = ip_head[kL3 - 7] = 0xff;
-  uint8_t ip_tail[8] = {};  // bytes 32-39
-  ip_tail[kL3 + 18 - 32] = ip_tail[kL3 + 19 - 32] = 0xff;
   std::memcpy(fast_checks_.mask.data(), mask, sizeof mask);
   // One flow's frames, in one direction: the same addresses and ports (bytes 26-37) and TCP
   // header length (the high nibble of byte 46).
@@ -131,8 +123,6 @@ void Lcore::prepare_fast_checks() {
   mask[kL4 + 12] = 0xf0;
   std::memcpy(fast_checks_.run_mask.data(), mask, sizeof mask);
   std::memcpy(fast_checks_.expect.data(), expect, sizeof expect);
-  std::memcpy(&fast_checks_.ip_head, ip_head, 8);
-  std::memcpy(&fast_checks_.ip_tail, ip_tail, 8);
   fast_macs_.clear();
   for (const net::MacAddr& mac : config_.port_macs) {
     uint8_t bytes[8] = {};
@@ -203,8 +193,10 @@ struct Run {
   uint32_t flow = detail::kNoSlot;
   uint32_t seq_base = 0;
   uint32_t ack_base = 0;
+  uint64_t ip_addresses = 0;  // the IPv4 header's addresses (bytes 26-33), summed as they lie
   uint32_t header_bytes = 0;  // the TCP header's, options included
   uint32_t ts_at = 0;         // the timestamp that moves (FastRewrite::ts_at), 0 if none
+  bool more = false;          // a window to rescale or a timestamp to move
   bool from_client = false;
   bool switch_port = false;  // the client's frames arrive on another port (set_client_port)
 };
@@ -235,10 +227,12 @@ inline void clear(Run& run) {
   run.rw = from_client ? &fl.c2o_fast : &fl.o2c_fast;
   run.seq_base = from_client ? fl.c2o.base() : fl.o2c.base();
   run.ack_base = from_client ? fl.o2c.base() : fl.c2o.base();
-  uint8_t tail[16];  // bytes 32-47
-  std::memcpy(tail, &expect[2], 16);
-  run.header_bytes = uint32_t(tail[kL4 + 12 - 32] >> 4) * 4;
+  uint8_t head[48];  // the run's bytes 0-47, as they lie under the run's mask
+  std::memcpy(head, expect, sizeof head);
+  run.ip_addresses = uint64_t(load32(head + kL3 + 12)) + load32(head + kL3 + 16);
+  run.header_bytes = uint32_t(head[kL4 + 12] >> 4) * 4;
   run.ts_at = run.header_bytes == net::kTcpBytes ? 0 : run.rw->ts_at;
+  run.more = run.ts_at != 0 || run.rw->rescale;
   run.switch_port = from_client && fl.client.port != port;
   return true;
 }
@@ -288,14 +282,18 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
   size_t port_runs = 0;
   size_t port_from = 0;
   uint16_t out_port = run.flow != detail::kNoSlot ? run.rw->port : 0;
+  // The run's words, out of the Run (which the lambdas reach through memory), so that they
+  // may stay in registers.
+  Words2 run_expect[3];
+  std::memcpy(run_expect, run.expect, sizeof run_expect);
   size_t i = 0;
   for (; i < rx.size(); ++i) {
     uint8_t* const d = rx[i].data;
     const uint32_t len = rx[i].len;
     if (len < kHeaders) break;
     const Words2 v[3] = {load_words2(d), load_words2(d + 16), load_words2(d + 32)};
-    if (any(((v[0] ^ run.expect[0]) & run_mask[0]) | ((v[1] ^ run.expect[1]) & run_mask[1]) |
-            ((v[2] ^ run.expect[2]) & run_mask[2]))) [[unlikely]] {
+    if (any(((v[0] ^ run_expect[0]) & run_mask[0]) | ((v[1] ^ run_expect[1]) & run_mask[1]) |
+            ((v[2] ^ run_expect[2]) & run_mask[2]))) [[unlikely]] {
       // Another flow, or no frame for the fast path. net::parse_established()'s checks of
       // the fixed fields, on the bytes as they lie, then the flow's lookup.
       end_run(i);
@@ -315,6 +313,7 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
       if (id == flow::TupleMap::kNone) break;
       const Words2 expect[3] = {v[0] & run_mask[0], v[1] & run_mask[1], v[2] & run_mask[2]};
       if (!start(run, flows, id, flows[id].client.rx == tuple, expect, port)) break;
+      std::memcpy(run_expect, expect, sizeof run_expect);
       if (run.rw->port != out_port) {
         if (i != port_from) runs[port_runs++] = {uint16_t(i), out_port};
         port_from = i;
@@ -329,9 +328,14 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
     const uint32_t total = host16(load16(ip + 2));
     if (total < uint32_t(net::kIpv4Bytes) + header_bytes || len - kL3 < total) break;
     if (header_bytes != net::kTcpBytes && load32(t + net::kTcpBytes) != kTimestampOptionWire) break;
-    if (net::checksum_fold(
-            add64(add64(add64(load64(d + 8) & checks.ip_head, load64(d + 16)), load64(d + 24)),
-                  load64(d + 32) & checks.ip_tail)) != 0xffff) {
+    // The IPv4 header's sum: the run's addresses and the rest of the header, each part at an
+    // even offset in it, so the sum is that of its 16-bit words. It folds to all ones exactly
+    // when it is a multiple of 0xffff other than 0 (2^16 is 1 modulo 0xffff), and it is never
+    // 0: the version byte (0x45, under the run's mask) is in it. The multiple is tested by a
+    // multiplication, with no fold.
+    if ((run.ip_addresses + load16(ip) + load32(ip + 2) + load32(ip + 6) + load16(ip + 10)) %
+            0xffff !=
+        0) {
       break;
     }
     const uint32_t payload = total - uint32_t(net::kIpv4Bytes) - header_bytes;
@@ -366,26 +370,25 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
     const uint32_t new_seq_wire = host32(seq);
     std::memcpy(t + 4, &new_seq_wire, 4);
     uint64_t tcp_sum = rw.tcp_sum + uint16_t(~load16(t + 16)) + uint32_t(~seq_wire) + new_seq_wire;
-    if (run.from_client && splice::seq_gt(seq + payload, fl.owner_seq_max)) {
-      fl.owner_seq_max = seq + payload;
-    }
     if (flags & net::kAck) {
       const uint32_t new_ack_wire = host32(host32(ack_wire) - run.ack_base);
       tcp_sum += uint64_t(uint32_t(~ack_wire)) + new_ack_wire;
       std::memcpy(t + 8, &new_ack_wire, 4);
     }
-    if (rw.rescale) [[unlikely]] {
-      const uint16_t new_window_wire =
-          host16(splice::rescale_window(host16(window_wire), rw.window_from, rw.window_to));
-      tcp_sum += uint64_t(uint16_t(~window_wire)) + new_window_wire;
-      std::memcpy(t + 14, &new_window_wire, 2);
-    }
-    if (run.ts_at != 0) {
-      uint8_t* const field = t + run.ts_at;
-      const uint32_t old_wire = load32(field);
-      const uint32_t new_wire = host32(host32(old_wire) + rw.ts_delta);
-      tcp_sum += uint64_t(uint32_t(~old_wire)) + new_wire;
-      std::memcpy(field, &new_wire, 4);
+    if (run.more) {
+      if (rw.rescale) [[unlikely]] {
+        const uint16_t new_window_wire =
+            host16(splice::rescale_window(host16(window_wire), rw.window_from, rw.window_to));
+        tcp_sum += uint64_t(uint16_t(~window_wire)) + new_window_wire;
+        std::memcpy(t + 14, &new_window_wire, 2);
+      }
+      if (run.ts_at != 0) {
+        uint8_t* const field = t + run.ts_at;
+        const uint32_t old_wire = load32(field);
+        const uint32_t new_wire = host32(host32(old_wire) + rw.ts_delta);
+        tcp_sum += uint64_t(uint32_t(~old_wire)) + new_wire;
+        std::memcpy(field, &new_wire, 4);
+      }
     }
     const uint16_t ip_check =
         uint16_t(~net::checksum_fold32(uint32_t(uint16_t(~load16(ip + 10))) + rw.ip_sum));

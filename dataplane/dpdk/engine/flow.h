@@ -103,7 +103,11 @@ struct Flow {
   uint16_t local_port = 0;
   uint32_t local_ip = 0;
   uint32_t next_hop = 0;
-  uint32_t owner_seq_max = 0;  // spliced: the end of what reached the owner (for our ACKs)
+  // Spliced: the end of what reached the owner, for the gateway's ACK when the owner sends its
+  // CONNECTED again (from_owner). That is read only while the owner -> client map has edits,
+  // so the driver's fast path, which takes no segment of a flow with edits (they never come
+  // back once retired), does not keep it.
+  uint32_t owner_seq_max = 0;
 
   splice::SeqMap c2o{0};  // client -> owner data
   splice::SeqMap o2c{0};  // owner -> client data

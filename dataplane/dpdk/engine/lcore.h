@@ -268,14 +268,11 @@ class Lcore final : public BurstHandler {
   // passes when (word ^ expect[k]) & mask[k] is 0 (k = 0, 1, 2, 5; word 0, the destination
   // MAC, is compared with the arrival port's in fast_macs_, each MAC loaded the same way).
   // run_mask adds the bytes every frame of one flow and direction shares: the addresses, the
-  // ports and the TCP header's length. ip_head and ip_tail select the IPv4 header's bytes in
-  // words 1 and 4 (prepare_fast_checks).
+  // ports and the TCP header's length (prepare_fast_checks).
   struct FastChecks {
     std::array<uint64_t, 6> mask{};
     std::array<uint64_t, 6> expect{};
     std::array<uint64_t, 6> run_mask{};
-    uint64_t ip_head = 0;
-    uint64_t ip_tail = 0;
   };
   FastChecks fast_checks_;
   std::vector<uint64_t> fast_macs_;
