@@ -195,6 +195,7 @@ struct Run {
   uint32_t ack_base = 0;
   uint64_t ip_addresses = 0;  // the IPv4 header's addresses (bytes 26-33), summed as they lie
   uint32_t header_bytes = 0;  // the TCP header's, options included
+  uint32_t headers = 0;       // the IPv4 and TCP headers': a frame's IPv4 length less its payload
   uint32_t ts_at = 0;         // the timestamp that moves (FastRewrite::ts_at), 0 if none
   bool more = false;          // a window to rescale or a timestamp to move
   bool from_client = false;
@@ -231,6 +232,7 @@ inline void clear(Run& run) {
   std::memcpy(head, expect, sizeof head);
   run.ip_addresses = uint64_t(load32(head + kL3 + 12)) + load32(head + kL3 + 16);
   run.header_bytes = uint32_t(head[kL4 + 12] >> 4) * 4;
+  run.headers = uint32_t(net::kIpv4Bytes) + run.header_bytes;
   run.ts_at = run.header_bytes == net::kTcpBytes ? 0 : run.rw->ts_at;
   run.more = run.ts_at != 0 || run.rw->rescale;
   run.switch_port = from_client && fl.client.port != port;
@@ -270,13 +272,17 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
   uint64_t packets[2] = {0, 0};  // [from the owner, from the client]
   uint64_t bytes[2] = {0, 0};
   // What holds for all the frames a run took is written once, when the run ends: the flow was
-  // seen now, the leg's ACK-storm count is back to 0 (each frame taken resets it), the packets.
-  size_t run_from = 0;  // the run's first frame
+  // seen now, the leg's ACK-storm count is back to 0 (each frame taken resets it), the packets
+  // and bytes.
+  size_t run_from = 0;     // the run's first frame
+  uint64_t run_bytes = 0;  // the payload bytes of the run's frames so far
   const auto end_run = [&](size_t end) {
     if (end == run_from) return;
     run.fl->last_seen_ms = now_ms;
     run.in->storm_count = 0;
     packets[run.from_client] += end - run_from;
+    bytes[run.from_client] += run_bytes;
+    run_bytes = 0;
   };
   // The frames taken as spans of one port (FastRun): the current one began at port_from.
   size_t port_runs = 0;
@@ -324,10 +330,11 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
     // layout and the IPv4 header checksum (from the words already loaded).
     uint8_t* const ip = d + kL3;
     uint8_t* const t = d + kL4;
-    const uint32_t header_bytes = run.header_bytes;
     const uint32_t total = host16(load16(ip + 2));
-    if (total < uint32_t(net::kIpv4Bytes) + header_bytes || len - kL3 < total) break;
-    if (header_bytes != net::kTcpBytes && load32(t + net::kTcpBytes) != kTimestampOptionWire) break;
+    if (total < run.headers || len - kL3 < total) break;
+    if (run.header_bytes != net::kTcpBytes && load32(t + net::kTcpBytes) != kTimestampOptionWire) {
+      break;
+    }
     // The IPv4 header's sum: the run's addresses and the rest of the header, each part at an
     // even offset in it, so the sum is that of its 16-bit words. It folds to all ones exactly
     // when it is a multiple of 0xffff other than 0 (2^16 is 1 modulo 0xffff), and it is never
@@ -338,7 +345,7 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
         0) {
       break;
     }
-    const uint32_t payload = total - uint32_t(net::kIpv4Bytes) - header_bytes;
+    const uint32_t payload = total - run.headers;
     Flow& fl = *run.fl;
     Leg& in = *run.in;
 
@@ -395,7 +402,7 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
     std::memcpy(ip + 10, &ip_check, 2);
     const uint16_t tcp_check = uint16_t(~net::checksum_fold(tcp_sum));
     std::memcpy(t + 16, &tcp_check, 2);
-    bytes[run.from_client] += payload;
+    run_bytes += payload;
   }
   end_run(i);
   if (i != port_from) runs[port_runs++] = {uint16_t(i), out_port};
