@@ -327,7 +327,7 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
       }
     }
     // The checks that differ from frame to frame: the lengths, the timestamp option's
-    // layout and the IPv4 header checksum (from the words already loaded).
+    // layout and the IPv4 header checksum.
     uint8_t* const ip = d + kL3;
     uint8_t* const t = d + kL4;
     const uint32_t total = host16(load16(ip + 2));
