@@ -86,13 +86,17 @@ class IoForward final : public dpdk::engine::BurstHandler {
 };
 
 // The driver's fast path with no engine behind it: it takes every frame and sends it by
-// `tx_port`, untouched or with one byte of its TCP header written (the least a rewrite does).
-// What port::LcoreLoop costs a spliced frame before any splice work, and what the first write
-// to a frame's header costs: informational floors for the splice figure.
+// `tx_port`, untouched, with one byte of its TCP header written (the least a rewrite does), or
+// with each field the splice's rewrite writes changed (the MAC addresses, the IPv4 addresses
+// and checksum, the ports, sequence and acknowledgment numbers and the TCP checksum: each read,
+// changed and written back, with none of the splice's checks or arithmetic). What
+// port::LcoreLoop costs a spliced frame before any splice work, and what the writes to a
+// frame's header cost: informational floors for the splice figure.
 class FastForward final : public dpdk::engine::BurstHandler {
  public:
-  FastForward(uint16_t tx_port, dpdk::engine::FramePool& pool, bool write)
-      : tx_port_(tx_port), pool_(pool), write_(write) {}
+  enum class Writes { kNone, kOneByte, kRewriteFields };
+  FastForward(uint16_t tx_port, dpdk::engine::FramePool& pool, Writes writes)
+      : tx_port_(tx_port), pool_(pool), writes_(writes) {}
   void burst(std::span<dpdk::engine::Frame*> rx, uint64_t now_ns) override;  // frees them
   void tick(uint64_t) override {}
   std::span<dpdk::engine::Frame*> take_tx() override { return {}; }
@@ -103,7 +107,7 @@ class FastForward final : public dpdk::engine::BurstHandler {
  private:
   uint16_t tx_port_;
   dpdk::engine::FramePool& pool_;
-  bool write_;
+  Writes writes_;
 };
 
 // Forwards options.packets copies of `template_frame` through `handler` on the calling lcore

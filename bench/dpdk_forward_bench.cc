@@ -8,14 +8,18 @@
 // bare ethdev calls plus only the rewrite every full-NAT splice does, with a flow-table lookup
 // per frame (bench::run_bare_rewrite), and (e) by port::LcoreLoop with a fast path that takes
 // every frame and does nothing else (bench::FastForward), then one that also writes one byte
-// of each frame's TCP header: the floors of (c). Then, informational, the splice of 64-byte
+// of each frame's TCP header and one that changes each field the splice's rewrite writes: the
+// floors of (c). Then, informational, the splice of 64-byte
 // segments of 32 flows in turn, each frame's flow looked up in the table. Prints Mpps per
 // lcore for each; the filling of the ring is not timed.
 // The target's figures (ethdev io, the floors, the splice) are timed in rounds, each of them in
 // turn, and their ratios taken per round: the median is the figure.
-// Usage: dpdk_forward_bench [--packets=N] [--rounds=R] [--seconds=S]  (packets per run, 20
-// million; rounds, 5; --benchmark_* flags are accepted and ignored but for a short smoke run: CI
-// passes --benchmark_min_time). Needs no hugepages and no NIC.
+// Usage: dpdk_forward_bench [--packets=N] [--rounds=R] [--seconds=S] [--pages=auto|2m|4k]
+// (packets per run, 20 million; rounds, 5; --benchmark_* flags are accepted and ignored but for
+// a short smoke run: CI passes --benchmark_min_time). Needs no NIC. Memory: 2 MB hugepages, as
+// the engine runs on a real NIC (README), when 256 of them are free (`auto`, the default;
+// reserve them with `echo 512 > /proc/sys/vm/nr_hugepages`), else 4 KB pages (--no-huge), on
+// which stores to packet data cost more (bench/RESULTS.md); `2m` fails without them.
 #include <rte_cycles.h>
 
 #include <algorithm>
@@ -56,6 +60,22 @@ constexpr double kSpliceTarget = 0.5;  // issue 7: splice Mpps / I/O forwarding 
 constexpr uint64_t kPacketsPerRun = 20'000'000;
 constexpr unsigned kRounds = 5;  // of the target's figures
 constexpr uint64_t kSmokePackets = 200'000;
+
+// The memory the EAL is given, in MB, and the 2 MB hugepages it takes.
+constexpr const char* kEalMegabytes = "512";
+constexpr unsigned long long kHugePagesNeeded = 256;
+
+enum class Pages { kAuto, kHuge, kSmall };
+
+// Free 2 MB hugepages (0 if the kernel has none or does not say).
+unsigned long long free_hugepages() {
+  std::FILE* f = std::fopen("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "r");
+  if (f == nullptr) return 0;
+  unsigned long long n = 0;
+  if (std::fscanf(f, "%llu", &n) != 1) n = 0;
+  std::fclose(f);
+  return n;
+}
 constexpr unsigned kSmokeRounds = 2;
 
 // The splicer on the rig's ports: clients behind the ring rx port, the owner behind the null
@@ -270,39 +290,47 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options, uns
     const std::vector<uint8_t>& frame = variants[0].frames[i];
     // Rounds: the machine's load changes from second to second, and a ratio of figures
     // timed side by side in each round is steadier than one of two long runs.
-    Series raw, floor_loop, floor_write, spliced;
-    std::vector<double> ratio, ratio_loop, ratio_write;
+    Series raw, floor_loop, floor_write, floor_fields, spliced;
+    std::vector<double> ratio, ratio_loop, ratio_write, ratio_fields;
     SpliceRig& s = *variants[0].rig;
     for (unsigned r = 0; r < rounds && rc == 0; ++r) {
       const bench::ForwardResult e = bench::run_ethdev_forward(rig, frame, options);
       // Floors (informational): the loop's fast path with no splice behind it.
-      bench::FastForward untouched(rig.tx_port(), rig.pool(), false);
-      bench::FastForward written(rig.tx_port(), rig.pool(), true);
+      using Writes = bench::FastForward::Writes;
+      bench::FastForward untouched(rig.tx_port(), rig.pool(), Writes::kNone);
+      bench::FastForward written(rig.tx_port(), rig.pool(), Writes::kOneByte);
+      bench::FastForward fields(rig.tx_port(), rig.pool(), Writes::kRewriteFields);
       const bench::ForwardResult fl = bench::run_forward(rig, untouched, frame, options);
       const bench::ForwardResult fw = bench::run_forward(rig, written, frame, options);
+      const bench::ForwardResult ff = bench::run_forward(rig, fields, frame, options);
       const dpdk::engine::LcoreCounters before = s.lcore->counters();
       const bench::ForwardResult sp = bench::run_forward(rig, *s.lcore, frame, options);
       if (e.dropped != 0 || e.packets == 0 || fl.dropped != 0 || fw.dropped != 0 ||
-          fl.packets == 0 || fw.packets == 0 ||
+          ff.dropped != 0 || fl.packets == 0 || fw.packets == 0 || ff.packets == 0 ||
           !all_spliced(before, s.lcore->counters(), sp, true)) {
         rc = 1;
       }
       raw.add(e);
       floor_loop.add(fl);
       floor_write.add(fw);
+      floor_fields.add(ff);
       spliced.add(sp);
       if (e.mpps > 0) {
         ratio.push_back(sp.mpps / e.mpps);
         ratio_loop.push_back(fl.mpps / e.mpps);
         ratio_write.push_back(fw.mpps / e.mpps);
+        ratio_fields.push_back(ff.mpps / e.mpps);
       }
     }
     raw.print("ethdev rx/tx (testpmd io)");
     floor_loop.print("LcoreLoop, fast path only");
     floor_write.print("  + one header byte written");
+    floor_fields.print("  + the rewrite's fields");
     spliced.print("LcoreLoop + engine::Lcore");
     print_ratios("ratio floor loop/ethdev", ratio_loop, "(the loop alone)");
     print_ratios("ratio floor write/ethdev", ratio_write, "(the loop and one write)");
+    print_ratios("ratio floor fields/ethdev", ratio_fields,
+                 "(the loop and the rewrite's writes, no checks)");
     const double median_ratio = print_ratios("ratio splice/ethdev", ratio, "(the target's figure)");
     std::printf("  target >= %.2f (median of the rounds): %s\n", kSpliceTarget,
                 median_ratio >= kSpliceTarget ? "met" : "NOT met");
@@ -341,6 +369,7 @@ int main(int argc, char** argv) {
   bool smoke = false;
   bool rounds_given = false;
   bool packets_given = false;
+  Pages pages = Pages::kAuto;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     uint64_t value = 0;
@@ -356,6 +385,12 @@ int main(int argc, char** argv) {
       rounds_given = true;
     } else if (arg.starts_with("--seconds=") && parse_u64(arg.substr(10), value)) {
       options.seconds_max = double(value);
+    } else if (arg == "--pages=auto") {
+      pages = Pages::kAuto;
+    } else if (arg == "--pages=2m") {
+      pages = Pages::kHuge;
+    } else if (arg == "--pages=4k") {
+      pages = Pages::kSmall;
     } else {
       std::fprintf(stderr, "dpdk_forward_bench: unknown or bad argument '%s'\n", argv[i]);
       return 2;
@@ -364,10 +399,24 @@ int main(int argc, char** argv) {
   if (smoke && !packets_given) options.packets = kSmokePackets;
   if (smoke && !rounds_given) rounds = kSmokeRounds;
 
-  // One lcore, no hugepages, no PCI, no shared files: runs beside anything else on the host.
+  // One lcore, no PCI, no shared files (--in-memory implies --no-shconf): runs beside anything
+  // else on the host.
+  const unsigned long long free_huge = free_hugepages();
+  const bool huge =
+      pages == Pages::kHuge || (pages == Pages::kAuto && free_huge >= kHugePagesNeeded);
+  if (huge && free_huge < kHugePagesNeeded) {
+    std::fprintf(
+        stderr,
+        "dpdk_forward_bench: --pages=2m needs %llu free 2 MB hugepages, the kernel has %llu "
+        "(echo 512 > /proc/sys/vm/nr_hugepages)\n",
+        kHugePagesNeeded, free_huge);
+    return 2;
+  }
   const std::string error =
-      dpdk::port::eal_init({"--no-huge", "--no-pci", "-m", "512", "--no-shconf", "--no-telemetry",
-                            "-l", "0", "--log-level=5"});
+      huge ? dpdk::port::eal_init({"--in-memory", "--no-pci", "-m", kEalMegabytes, "--no-telemetry",
+                                   "-l", "0", "--log-level=5"})
+           : dpdk::port::eal_init({"--no-huge", "--no-pci", "-m", kEalMegabytes, "--no-shconf",
+                                   "--no-telemetry", "-l", "0", "--log-level=5"});
   if (!error.empty()) {
     std::fprintf(stderr, "dpdk_forward_bench: %s\n", error.c_str());
     return 1;
@@ -381,6 +430,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     bench::ForwardRig& rig = *created.rig;
+    if (huge) {
+      std::printf("memory: 2 MB hugepages (%llu were free)\n", free_huge);
+    } else {
+      std::printf(
+          "memory: 4 KB pages (--no-huge; %llu free 2 MB hugepages, %llu wanted: "
+          "echo 512 > /proc/sys/vm/nr_hugepages for the pages of a real deployment)\n",
+          free_huge, kHugePagesNeeded);
+    }
     std::printf(
         "dpdk_forward: I/O forwarding, 1 lcore, net_ring rx -> net_null tx, bursts of 32, "
         "%llu packets per run (at most %.0f s)\n",
