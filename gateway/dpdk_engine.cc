@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <thread>
@@ -31,6 +32,9 @@ namespace {
 
 constexpr uint64_t kRouterPollNs = 10'000'000;  // control's decisions reach the lcore this often
 constexpr uint64_t kSnapshotNs = 100'000'000;   // what the admin API sees is this fresh
+// Flow table entries the lcore looks at per tick when it lists its sessions: a few hundred
+// microseconds at most, so that a large table is walked over several ticks, never in one.
+constexpr uint32_t kListingStep = 4096;
 constexpr uint32_t kMbufCache = 256;
 
 // The lcore's view of control: the io_uring engine's replica router, its answers in host-order
@@ -57,6 +61,7 @@ class DpdkRouter final : public engine::Router {
   }
   void connect_failed(uint32_t node) override { replica_.connect_failed(node); }
   void poll() { replica_.poll(); }
+  std::string_view node_name(uint32_t node) const { return replica_.node_name(node); }
 
  private:
   ReplicaRouter replica_;
@@ -70,11 +75,32 @@ struct Snapshot {
   uint32_t lingering_flows = 0;
 };
 
+// The admin API's requests for the lcore's sessions and the lcore's answers: a request is a
+// ticket, answered once the lcore has walked its flow table, a step per tick
+// (DpdkEngine::sessions). The requests come from one thread, the admin API's.
+struct FlowViews {
+  std::atomic<uint64_t> requested{0};
+  std::atomic<size_t> limit{0};  // of the last request, stored before its ticket
+  std::mutex mutex;
+  std::condition_variable answered_cv;
+  uint64_t answered = 0;  // the last ticket answered
+  size_t total = 0;       // the sessions found, for the answer's total
+  std::vector<control::SessionInfo> sessions;
+};
+
+std::string endpoint_text(uint32_t ip, uint16_t port) {
+  char text[INET_ADDRSTRLEN] = {};
+  const in_addr a{htonl(ip)};
+  inet_ntop(AF_INET, &a, text, sizeof text);
+  return std::string(text) + ":" + std::to_string(port);
+}
+
 // The lcore and what runs beside it on its thread: control's messages and the snapshots.
 class LcoreHandler final : public engine::BurstHandler {
  public:
-  LcoreHandler(engine::Lcore& lcore, DpdkRouter& router, std::mutex& mutex, Snapshot& snapshot)
-      : lcore_(lcore), router_(router), mutex_(mutex), snapshot_(snapshot) {}
+  LcoreHandler(engine::Lcore& lcore, DpdkRouter& router, std::mutex& mutex, Snapshot& snapshot,
+               FlowViews& views)
+      : lcore_(lcore), router_(router), mutex_(mutex), snapshot_(snapshot), views_(views) {}
   void set_loop(const port::LcoreLoop* loop) { loop_ = loop; }
 
   void burst(std::span<engine::Frame*> rx, uint64_t now_ns) override { lcore_.burst(rx, now_ns); }
@@ -102,17 +128,63 @@ class LcoreHandler final : public engine::BurstHandler {
         if (loop_ != nullptr) snapshot_.loop = loop_->counters();
       }
     }
+    // The admin API's request for the sessions: a step of the table per tick, the answer once
+    // it is walked. A request that comes while one is walked starts the walk again.
+    const uint64_t wanted = views_.requested.load(std::memory_order_acquire);
+    if (wanted != views_answered_ && wanted != listing_ticket_) {
+      listing_ticket_ = wanted;
+      listing_ = engine::Lcore::FlowListing{};
+    }
+    if (listing_ticket_ != views_answered_ && lcore_.list_flows(listing_, kListingStep)) {
+      views_answered_ = listing_ticket_;
+      answer_views(listing_ticket_);
+    }
   }
 
  private:
+  // Lists the lcore's sessions for the admin API and wakes the thread waiting for `ticket`.
+  void answer_views(uint64_t ticket);
+
   engine::Lcore& lcore_;
   DpdkRouter& router_;
   std::mutex& mutex_;
   Snapshot& snapshot_;
+  FlowViews& views_;
+  uint64_t views_answered_ = 0;  // the last ticket answered
+  uint64_t listing_ticket_ = 0;  // the ticket the walk in listing_ is for
+  engine::Lcore::FlowListing listing_;
   const port::LcoreLoop* loop_ = nullptr;
   uint64_t last_poll_ns_ = 0;
   uint64_t last_snapshot_ns_ = 0;
 };
+
+void LcoreHandler::answer_views(uint64_t ticket) {
+  std::vector<control::SessionInfo> out;
+  const size_t total = listing_.found.size();
+  const size_t limit = views_.limit.load(std::memory_order_relaxed);
+  for (engine::Lcore::FlowView& v : lcore_.flow_views(listing_, limit)) {
+    control::SessionInfo i;
+    i.id = v.id;  // DpdkAdmin numbers the lcore's worker and puts it in the id's top bits
+    i.client = endpoint_text(v.client.src_ip, v.client.src_port);
+    i.vhost = std::move(v.vhost);
+    i.queue = std::move(v.queue);
+    // The spill listener is no owner; an owner is known once the flow binds.
+    if (!v.to_spill && v.node != UINT32_MAX) i.owner = std::string(router_.node_name(v.node));
+    i.state = v.to_spill && v.state == engine::detail::FlowState::kSpliced
+                  ? "spill"
+                  : engine::detail::flow_state_name(v.state);
+    i.bytes_in = v.bytes_in;
+    i.bytes_out = v.bytes_out;
+    i.age_ms = int64_t(v.age_ms);
+    out.push_back(std::move(i));
+  }
+  listing_ = engine::Lcore::FlowListing{};  // its memory too
+  std::lock_guard lock(views_.mutex);
+  views_.sessions = std::move(out);
+  views_.total = total;
+  views_.answered = ticket;
+  views_.answered_cv.notify_all();
+}
 
 std::string mac_text(const port::Port::MacAddr& m) {
   char buf[18];
@@ -136,6 +208,7 @@ struct DpdkEngine::Impl {
   std::atomic<bool> stop{false};
   mutable std::mutex mutex;
   Snapshot snapshot;
+  mutable FlowViews views;
 };
 
 DpdkEngine::DpdkEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -226,8 +299,8 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
   }
   impl->router = std::make_unique<DpdkRouter>(std::move(worker), directory);
   impl->lcore = std::make_unique<engine::Lcore>(lc, *impl->router, *impl->pool, 0);
-  impl->handler =
-      std::make_unique<LcoreHandler>(*impl->lcore, *impl->router, impl->mutex, impl->snapshot);
+  impl->handler = std::make_unique<LcoreHandler>(*impl->lcore, *impl->router, impl->mutex,
+                                                 impl->snapshot, impl->views);
   for (const auto& p : impl->ports) {
     impl->rx.push_back({p.get(), 0});
     impl->tx.push_back(p.get());
@@ -362,6 +435,39 @@ std::string DpdkEngine::metrics_text() const {
              double(k.rx_invalid[r]));
   }
   return f.take();
+}
+
+std::optional<std::vector<control::SessionInfo>> DpdkEngine::sessions(
+    size_t limit, std::chrono::milliseconds wait, size_t* total) const {
+  FlowViews& v = impl_->views;
+  v.limit.store(limit, std::memory_order_relaxed);
+  const uint64_t ticket = v.requested.fetch_add(1, std::memory_order_acq_rel) + 1;
+  std::unique_lock lock(v.mutex);
+  if (!v.answered_cv.wait_for(lock, wait, [&] { return v.answered >= ticket; })) {
+    return std::nullopt;
+  }
+  *total = v.total;
+  return v.sessions;
+}
+
+std::vector<control::SessionInfo> DpdkAdmin::sessions(size_t limit, size_t* total,
+                                                      std::vector<uint32_t>* unanswered) {
+  std::vector<control::SessionInfo> out = uring_.sessions(limit, total, unanswered);
+  size_t found = 0;
+  std::optional<std::vector<control::SessionInfo>> flows =
+      dpdk_.sessions(limit - std::min(limit, out.size()), kSessionsWait, &found);
+  if (!flows) {
+    unanswered->push_back(lcore_worker_);
+    return out;
+  }
+  *total += found;
+  for (control::SessionInfo& i : *flows) {
+    if (out.size() >= limit) break;
+    i.worker = lcore_worker_;
+    i.id |= uint64_t(lcore_worker_) << 48;  // as the io_uring workers number their sessions
+    out.push_back(std::move(i));
+  }
+  return out;
 }
 
 control::SessionTotals DpdkAdmin::totals() {

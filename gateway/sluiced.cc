@@ -193,7 +193,8 @@ int run(const std::string& path) {
     dpdk =
         sluice::gateway::DpdkEngine::open(config, control.attach_worker(), directory, &dpdk_error);
     if (!dpdk) return fail(kExitStartFailed, dpdk_error);
-    dpdk_admin = std::make_unique<sluice::gateway::DpdkAdmin>(engine_admin, *dpdk);
+    dpdk_admin = std::make_unique<sluice::gateway::DpdkAdmin>(engine_admin, *dpdk,
+                                                              uint32_t(engine->worker_count()));
     sessions_admin = dpdk_admin.get();
   }
 #else

@@ -296,6 +296,17 @@ class Run(gateway_test.Run):
                               lambda: self.rabbit_home(q2))
             check(home == want, f"queue {q2}, pinned to {n2} ({want}), subscribed to from port "
                   f"{port} while its flow to {n1} lingered, was created on {home}")
+            # `sluicectl sessions` lists the lcore's flows after the io_uring workers' sessions:
+            # this one, spliced to its node; the lingering flow from the same port is no
+            # longer a session.
+            listed = gw.ctl_json("sessions")
+            mine = [x for x in listed["sessions"] if x["client"].endswith(f":{port}")]
+            check(len(mine) == 1 and mine[0]["state"] == "spliced" and mine[0]["queue"] == q2
+                  and mine[0]["owner"] == n2 and mine[0]["worker"] >= 1
+                  and mine[0]["id"] >> 48 == mine[0]["worker"]
+                  and listed["unanswered_workers"] == [],
+                  f"sluicectl sessions, for the session from port {port} on {q2} spliced to "
+                  f"{n2}: {listed}")
             disconnect_with_receipt(r, "bye", f"DISCONNECT of the session on {q2}")
         finally:
             r.sock.close()

@@ -1636,6 +1636,87 @@ TEST_F(FastPath, SegmentsTakenKeepTheFlowFromExpiring) {
   EXPECT_EQ(b().lcore->counters().flows_expired, 1u);
 }
 
+namespace {
+
+// The lcore's sessions as the engine's thread lists them for the admin API: the flow table
+// walked `step` entries at a time, then the oldest `limit`.
+std::vector<engine::Lcore::FlowView> list_sessions(const engine::Lcore& lcore,
+                                                   size_t limit = SIZE_MAX, uint32_t step = 3) {
+  engine::Lcore::FlowListing listing;
+  while (!lcore.list_flows(listing, step)) {
+  }
+  return lcore.flow_views(listing, limit);
+}
+
+}  // namespace
+
+// The lcore's sessions for the admin API (`sluicectl sessions`): every flow that is still a
+// session, oldest first, with its client, destination, owner node, age and the payload bytes
+// spliced each way, whichever path (the fast one or the general one) took them; a flow in the
+// prelude has no destination yet, and one that ended is no longer listed, even when it ended
+// after the walk of the table found it.
+TEST_F(FastPath, TheLcoreListsItsSessionsWithTheBytesSplicedEachWay) {
+  EXPECT_TRUE(list_sessions(*b().lcore).empty());
+  Endpoint c = make_client(40001, 0x10000000);
+  Endpoint o = settle(c);  // settle() sent "x" to the owner by the general path
+  b().jump_ms(2'500);
+  Endpoint late = make_client(40002, 0x20000000);
+  const Sent syn_ack = only(b().deliver(late.segment(net::kSyn), 0));
+  late.snd_nxt = late.isn + 1;
+  late.receive(syn_ack);
+  b().deliver(late.segment(net::kAck), 0);  // the cookie's ACK: a flow in the prelude
+
+  // Client -> owner by the fast path (a run of two) and by the general path (burst());
+  // owner -> client by both.
+  std::vector<Frame*> up = {b().pool.frame(c.data("abcd"), 0), b().pool.frame(c.data("ef"), 0)};
+  ASSERT_EQ(offer(*b().lcore, 0, up, b().now_ns).first, 2u);
+  finish(up, 2);
+  ASSERT_EQ(b().deliver(c.data("ghi"), 0).size(), 1u);
+  std::vector<Frame*> down = {b().pool.frame(o.data("0123456"), 1)};
+  ASSERT_EQ(offer(*b().lcore, 1, down, b().now_ns).first, 1u);
+  finish(down, 1);
+  ASSERT_EQ(b().deliver(o.data("78"), 1).size(), 1u);
+
+  const std::vector<engine::Lcore::FlowView> views = list_sessions(*b().lcore);
+  ASSERT_EQ(views.size(), 2u);
+  const engine::Lcore::FlowView& v = views[0];
+  EXPECT_EQ(v.id, 1u);
+  EXPECT_EQ(v.client, tuple_of(c));
+  EXPECT_EQ(v.state, FlowState::kSpliced);
+  EXPECT_EQ(v.node, 7u);  // ScriptedRouter's owner
+  EXPECT_FALSE(v.to_spill);
+  EXPECT_EQ(v.vhost, b().router.last_vhost);
+  EXPECT_EQ(v.queue, "q1");
+  EXPECT_EQ(v.bytes_in, 1u + 4u + 2u + 3u);  // "x", then the fast path's 6 and the general 3
+  EXPECT_EQ(v.bytes_out, 7u + 2u);
+  EXPECT_GE(v.age_ms, 2'500u);
+  const engine::Lcore::FlowView& p = views[1];
+  EXPECT_EQ(p.id, 2u);
+  EXPECT_EQ(p.client, tuple_of(late));
+  EXPECT_EQ(p.state, FlowState::kPrelude);
+  EXPECT_EQ(p.node, UINT32_MAX);
+  EXPECT_TRUE(p.queue.empty());
+  EXPECT_EQ(p.bytes_in + p.bytes_out, 0u);
+  EXPECT_LT(p.age_ms, v.age_ms - 2'000);
+
+  const std::vector<engine::Lcore::FlowView> oldest = list_sessions(*b().lcore, 1);
+  ASSERT_EQ(oldest.size(), 1u);
+  EXPECT_EQ(oldest[0].id, 1u);
+
+  // A RST from the client ends the first flow after the walk found it: it lingers, and is no
+  // longer a session.
+  engine::Lcore::FlowListing listing;
+  while (!b().lcore->list_flows(listing, 1)) {
+  }
+  ASSERT_EQ(listing.found.size(), 2u);
+  b().deliver(c.segment(net::kRst | net::kAck), 0);
+  ASSERT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kLinger);
+  const std::vector<engine::Lcore::FlowView> after = b().lcore->flow_views(listing, 10);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].id, 2u);
+  EXPECT_EQ(list_sessions(*b().lcore).size(), 1u);
+}
+
 // The fast path keeps the flow and direction of the frames it takes, within a burst and
 // between bursts, and checks each frame against them: frames of two flows in turn each go to
 // their own peer, and a frame of the remembered flow that is a fragment stops it.

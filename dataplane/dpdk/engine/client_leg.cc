@@ -102,6 +102,8 @@ void Lcore::client_open(Frame* f, net::Packet& p, const splice::SynOptions& o) {
   Flow& fl = *flp;
   ++counters_.flows_created;
   fl.state = FlowState::kPrelude;
+  fl.id = next_flow_id_++;
+  fl.created_ms = now_ms_;
   Leg& c = fl.client;
   c.rx = flow::Tuple{p.src_ip, p.dst_ip, p.src_port, p.dst_port};
   c.peer_mac = p.src_mac;

@@ -273,13 +273,14 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
   uint64_t bytes[2] = {0, 0};
   // What holds for all the frames a run took is written once, when the run ends: the flow was
   // seen now, the leg's ACK-storm count is back to 0 (each frame taken resets it), the packets
-  // and bytes.
+  // and bytes (the lcore's and the flow's).
   size_t run_from = 0;     // the run's first frame
   uint64_t run_bytes = 0;  // the payload bytes of the run's frames so far
   const auto end_run = [&](size_t end) {
     if (end == run_from) return;
     run.fl->last_seen_ms = now_ms;
     run.in->storm_count = 0;
+    run.fl->spliced_bytes[run.from_client] += run_bytes;
     packets[run.from_client] += end - run_from;
     bytes[run.from_client] += run_bytes;
     run_bytes = 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "dataplane/dpdk/flow/tuple_map.h"
 #include "dataplane/dpdk/net/packet.h"
@@ -123,6 +124,16 @@ struct Flow {
   bool fast_ready = false;
   FastRewrite c2o_fast;  // client -> owner
   FastRewrite o2c_fast;  // owner -> client
+
+  // What the admin API lists of the flow (Lcore::flow_views), past what the paths read: its
+  // number and start, set when it is created; the destination, when it binds; the payload
+  // bytes spliced each way, [0] owner -> client and [1] client -> owner (the prelude's bytes,
+  // which reach the owner in the replay, are not in them).
+  uint64_t id = 0;
+  uint64_t created_ms = 0;
+  uint64_t spliced_bytes[2] = {0, 0};
+  std::string vhost;
+  std::string queue;
 };
 
 }  // namespace sluice::dpdk::engine::detail

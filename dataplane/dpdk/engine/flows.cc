@@ -65,6 +65,53 @@ void Lcore::free_flow(Flow& fl) {
   ++counters_.flows_freed;
 }
 
+namespace {
+
+bool is_session(const detail::Flow& fl) {
+  return fl.state != FlowState::kFree && fl.state != FlowState::kLinger;
+}
+
+}  // namespace
+
+bool Lcore::list_flows(FlowListing& listing, uint32_t count) const {
+  const uint32_t end = uint32_t(std::min<size_t>(flows_.size(), size_t(listing.next) + count));
+  for (uint32_t i = listing.next; i < end; ++i) {
+    if (is_session(flows_[i])) listing.found.emplace_back(flows_[i].id, i);
+  }
+  listing.next = end;
+  return end == flows_.size();
+}
+
+std::vector<Lcore::FlowView> Lcore::flow_views(FlowListing& listing, size_t limit) const {
+  // Ids grow with creation: the smallest are the oldest. A flow found in an earlier step may
+  // have ended since, and its entry may hold a newer one: the id tells.
+  std::vector<std::pair<uint64_t, uint32_t>>& found = listing.found;
+  std::erase_if(found, [&](const std::pair<uint64_t, uint32_t>& f) {
+    const Flow& fl = flows_[f.second];
+    return !is_session(fl) || fl.id != f.first;
+  });
+  const size_t n = std::min(limit, found.size());
+  std::partial_sort(found.begin(), found.begin() + long(n), found.end());
+  std::vector<FlowView> out;
+  out.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    const Flow& fl = flows_[found[k].second];
+    FlowView v;
+    v.id = fl.id;
+    v.client = fl.client.rx;
+    v.state = fl.state;
+    v.node = fl.node;
+    v.to_spill = fl.to_spill;
+    v.vhost = fl.vhost;
+    v.queue = fl.queue;
+    v.bytes_in = fl.spliced_bytes[1];
+    v.bytes_out = fl.spliced_bytes[0];
+    v.age_ms = now_ms_ - std::min(now_ms_, fl.created_ms);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 detail::FlowState Lcore::flow_state(const flow::Tuple& client) const {
   const uint32_t id = tuples_.find(client);
   return id == flow::TupleMap::kNone ? FlowState::kFree : flows_[id].state;

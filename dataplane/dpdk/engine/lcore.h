@@ -11,7 +11,9 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dataplane/dpdk/engine/config.h"
@@ -110,6 +112,29 @@ class Lcore final : public BurstHandler {
   uint32_t neighbors() const { return neighbor_count_; }
   // The state of the flow a client tuple (as the client sends it) belongs to; kFree if none.
   detail::FlowState flow_state(const flow::Tuple& client) const;
+  // One session of the lcore, for the admin API (`sluicectl sessions`).
+  struct FlowView {
+    uint64_t id = 0;     // unique on the lcore, from 1
+    flow::Tuple client;  // as the client sends (client address and port first)
+    detail::FlowState state = detail::FlowState::kFree;
+    uint32_t node = UINT32_MAX;  // the owner's node (Router::route), UINT32_MAX before binding
+    bool to_spill = false;       // bound to the spill listener rather than an owner
+    std::string vhost;           // empty before binding
+    std::string queue;
+    uint64_t bytes_in = 0;   // payload spliced client -> owner
+    uint64_t bytes_out = 0;  // payload spliced owner -> client
+    uint64_t age_ms = 0;
+  };
+  // The flows that are still sessions (not lingering), found by walking the flow table a step
+  // at a time, so that the lcore never stops for the whole table: list_flows() takes the next
+  // `count` entries of the table and is true once it has walked all of them; flow_views()
+  // then gives the oldest `limit` of those found that are still sessions, oldest first.
+  struct FlowListing {
+    uint32_t next = 0;                                 // the next table entry to look at
+    std::vector<std::pair<uint64_t, uint32_t>> found;  // Flow::id and the entry
+  };
+  bool list_flows(FlowListing& listing, uint32_t count) const;
+  std::vector<FlowView> flow_views(FlowListing& listing, size_t limit) const;
   // Learns or refreshes a neighbour as an ARP reply would (static entries from config).
   void add_neighbor(uint32_t ip, const net::MacAddr& mac);
 
@@ -251,6 +276,7 @@ class Lcore final : public BurstHandler {
   // Owner-leg source ports: one bit per (local ip, port) pair in use.
   std::vector<uint64_t> ports_in_use_;
   uint32_t lingering_ = 0;                  // flows in kLinger
+  uint64_t next_flow_id_ = 1;               // Flow::id
   uint32_t linger_head_ = detail::kNoSlot;  // the flow that has lingered longest
   uint32_t linger_tail_ = detail::kNoSlot;
   uint32_t port_cursor_ = 0;

@@ -27,6 +27,9 @@ void Lcore::bind(Flow& fl) {
     refuse(fl, t.message, "the destination cannot be routed");
     return;
   }
+  const session::QueueKey key = s.prelude->key();
+  fl.vhost.assign(key.vhost);
+  fl.queue.assign(key.queue);
   const session::BindPlan plan = s.prelude->take_bind_plan();
   const uint32_t connect_bytes = uint32_t(plan.connect.size());
   const uint32_t connect_end = connect_bytes + plan.connect_bytes_removed;

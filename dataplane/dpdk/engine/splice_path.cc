@@ -86,6 +86,7 @@ void Lcore::from_client(Flow& fl, Frame* f, net::Packet& p) {
   rw.finish();
   ++counters_.c2o_packets;
   counters_.c2o_bytes += p.payload_bytes;
+  fl.spliced_bytes[1] += p.payload_bytes;
   f->port = fl.owner.port;
   send(f);
   if (p.flags & (net::kFin | net::kRst)) after_fin_or_rst(fl, p, src_seq, true);
@@ -134,6 +135,7 @@ void Lcore::from_owner(Flow& fl, Frame* f, net::Packet& p) {
   rw.finish();
   ++counters_.o2c_packets;
   counters_.o2c_bytes += p.payload_bytes;
+  fl.spliced_bytes[0] += p.payload_bytes;
   f->port = fl.client.port;
   send(f);
   if (p.flags & (net::kFin | net::kRst)) after_fin_or_rst(fl, p, src_seq, false);
@@ -170,6 +172,7 @@ void Lcore::client_established(Flow& fl, Frame* f, const net::Packet& p) {
   net::rewrite_established(f->bytes(), p, c);
   ++counters_.c2o_packets;
   counters_.c2o_bytes += p.payload_bytes;
+  fl.spliced_bytes[1] += p.payload_bytes;
   f->port = fl.owner.port;
   send(f);
 }
@@ -200,6 +203,7 @@ void Lcore::owner_established(Flow& fl, Frame* f, const net::Packet& p) {
   net::rewrite_established(f->bytes(), p, c);
   ++counters_.o2c_packets;
   counters_.o2c_bytes += p.payload_bytes;
+  fl.spliced_bytes[0] += p.payload_bytes;
   f->port = fl.client.port;
   send(f);
 }
