@@ -9,9 +9,9 @@
 // per frame (bench::run_bare_rewrite), and (e) by port::LcoreLoop with a fast path that takes
 // every frame and does nothing else (bench::FastForward), then one that also writes one byte
 // of each frame's TCP header and one that changes each field the splice's rewrite writes: the
-// floors of (c). Then, informational, the splice of 64-byte
-// segments of 32 flows in turn, each frame's flow looked up in the table. Prints Mpps per
-// lcore for each; the filling of the ring is not timed.
+// floors of (c). Then, informational, the splice of 64-byte segments of 32 flows in turn, each
+// frame's flow looked up in the table. Prints Mpps per lcore for each; the filling of the ring
+// is not timed.
 // The target's figures (ethdev io, the floors, the splice) are timed in rounds, each of them in
 // turn, and their ratios taken per round: the median is the figure.
 // Usage: dpdk_forward_bench [--packets=N] [--rounds=R] [--seconds=S] [--pages=auto|2m|4k]
@@ -60,6 +60,7 @@ constexpr double kSpliceTarget = 0.5;  // issue 7: splice Mpps / I/O forwarding 
 constexpr uint64_t kPacketsPerRun = 20'000'000;
 constexpr unsigned kRounds = 5;  // of the target's figures
 constexpr uint64_t kSmokePackets = 200'000;
+constexpr unsigned kSmokeRounds = 2;
 
 // The memory the EAL is given, in MB, and the 2 MB hugepages it takes.
 constexpr const char* kEalMegabytes = "512";
@@ -76,7 +77,6 @@ unsigned long long free_hugepages() {
   std::fclose(f);
   return n;
 }
-constexpr unsigned kSmokeRounds = 2;
 
 // The splicer on the rig's ports: clients behind the ring rx port, the owner behind the null
 // tx port, every frame an mbuf of the rig's pool (frames the lcore drops go back to it).
