@@ -189,7 +189,7 @@ inline void flip(uint8_t* at) {
 
 }  // namespace
 
-size_t FastForward::fast(uint16_t, std::span<const dpdk::engine::RxView> rx,
+size_t FastForward::fast(uint16_t, std::span<dpdk::engine::RxBuffer* const> rx,
                          dpdk::engine::FastRun* runs, uint64_t) {
   // Byte 40: in the TCP header's sequence number, on the line every rewrite writes.
   constexpr uint32_t kWritten = 40;
@@ -200,8 +200,8 @@ size_t FastForward::fast(uint16_t, std::span<const dpdk::engine::RxView> rx,
   const Writes writes = writes_;
   size_t i = 0;
   for (; i < rx.size(); ++i) {
-    uint8_t* const d = rx[i].data;
-    if (rx[i].len < kHeaders) break;
+    uint8_t* const d = dpdk::engine::rx_data(rx[i]);
+    if (dpdk::engine::rx_len(rx[i]) < kHeaders) break;
     if (writes == Writes::kOneByte) {
       d[kWritten] ^= 1;
     } else if (writes == Writes::kRewriteFields) {

@@ -101,8 +101,8 @@ class FastForward final : public dpdk::engine::BurstHandler {
   void tick(uint64_t) override {}
   std::span<dpdk::engine::Frame*> take_tx() override { return {}; }
   bool has_fast_path() const override { return true; }
-  size_t fast(uint16_t port, std::span<const dpdk::engine::RxView> rx, dpdk::engine::FastRun* runs,
-              uint64_t now_ns) override;
+  size_t fast(uint16_t port, std::span<dpdk::engine::RxBuffer* const> rx,
+              dpdk::engine::FastRun* runs, uint64_t now_ns) override;
 
  private:
   uint16_t tx_port_;

@@ -106,7 +106,7 @@ class LcoreHandler final : public engine::BurstHandler {
   void burst(std::span<engine::Frame*> rx, uint64_t now_ns) override { lcore_.burst(rx, now_ns); }
   std::span<engine::Frame*> take_tx() override { return lcore_.take_tx(); }
   bool has_fast_path() const override { return lcore_.has_fast_path(); }
-  size_t fast(uint16_t port, std::span<const engine::RxView> rx, engine::FastRun* runs,
+  size_t fast(uint16_t port, std::span<engine::RxBuffer* const> rx, engine::FastRun* runs,
               uint64_t now_ns) override {
     return lcore_.fast(port, rx, runs, now_ns);
   }

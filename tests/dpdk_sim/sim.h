@@ -205,9 +205,12 @@ class Bench {
       size_t end = at + 1;
       while (end < frames.size() && frames[end]->port == frames[at]->port)
         ++end;
-      std::vector<engine::RxView> views;
-      for (size_t i = at; i < end; ++i)
-        views.push_back({frames[i]->data, frames[i]->len});
+      std::vector<engine::RxBuffer> buffers(end - at);
+      std::vector<engine::RxBuffer*> views;
+      for (size_t i = at; i < end; ++i) {
+        engine::set_rx_buffer(buffers[i - at], frames[i]->data, uint16_t(frames[i]->len));
+        views.push_back(&buffers[i - at]);
+      }
       std::vector<engine::FastRun> runs(views.size());
       const size_t run_count = lcore->fast(frames[at]->port, views, runs.data(), now_ns);
       size_t fast = 0;
@@ -383,6 +386,8 @@ struct OwnerSide {
   // What the owner's SYN-ACK offers.
   std::optional<uint8_t> wscale = 9;
   bool timestamps = true;
+  uint32_t isn = 0x70000000;
+  uint32_t ts_value = 900000;
 };
 
 struct Spliced {
@@ -435,7 +440,8 @@ inline Spliced splice_session(engine::Lcore& lcore, engine::FramePool& pool, End
     r.error = "SEND did not make the lcore connect to the owner";
     return r;
   }
-  Endpoint owner = make_owner(syns[0]);
+  Endpoint owner = make_owner(syns[0], owner_side.isn);
+  owner.ts_value = owner_side.ts_value;
   owner.port_id = owner_side.port_id;
   owner.gw_mac = owner_side.gw_mac;
   owner.wscale = owner_side.wscale;

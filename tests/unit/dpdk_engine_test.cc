@@ -1425,9 +1425,12 @@ TEST_F(SplicerStates, ReplaySegmentsLeaveRoomForTheTimestampOption) {
 // ports it gave them.
 std::pair<size_t, std::vector<uint16_t>> offer(engine::Lcore& lcore, uint16_t port,
                                                const std::vector<Frame*>& frames, uint64_t now_ns) {
-  std::vector<engine::RxView> views;
-  for (Frame* f : frames)
-    views.push_back({f->data, f->len});
+  std::vector<engine::RxBuffer> buffers(frames.size());
+  std::vector<engine::RxBuffer*> views;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    engine::set_rx_buffer(buffers[i], frames[i]->data, uint16_t(frames[i]->len));
+    views.push_back(&buffers[i]);
+  }
   std::vector<engine::FastRun> runs(frames.size());
   const size_t count = lcore.fast(port, views, runs.data(), now_ns);
   EXPECT_LE(count, frames.size());
@@ -1514,9 +1517,12 @@ TEST_F(FastPath, LeavesWhatTheGeneralPathMustSee) {
     EXPECT_EQ(offer(*b().lcore, cases[i].second, {f}, b().now_ns).first, 0u);
     b().pool.free(f);
   }
-  // A frame the driver could not make contiguous (len 0) and one from the exception port.
+  // A buffer of two segments (its first one the whole frame, the second one padding: the
+  // general path refuses it) and a frame from the exception port.
   Frame* f = b().pool.frame(c.data("w"), 0);
-  std::vector<engine::RxView> views = {{f->data, 0}};
+  engine::RxBuffer two;
+  engine::set_rx_buffer(two, f->data, uint16_t(f->len), 2);
+  engine::RxBuffer* const views[] = {&two};
   engine::FastRun out;
   EXPECT_EQ(b().lcore->fast(0, views, &out, b().now_ns), 0u);
   b().pool.free(f);
@@ -1772,6 +1778,30 @@ TEST_F(FastPath, FramesOfSeveralFlowsInTurnEachGoToTheirOwnPeer) {
   b().pool.free(again);
 }
 
+// A run's headers say nothing of the next flow's: after segments with the timestamp option
+// (66 bytes of headers), a minimum-size frame of a flow without it (64 bytes, 10 of payload
+// and padding) is taken, and a frame of the first flow cut short of its headers is not.
+TEST_F(FastPath, AShortFrameOfAnotherFlowIsTakenAfterARunWithTimestamps) {
+  Endpoint a = make_client(40001, 0x10000000);
+  Endpoint oa = settle(a);
+  Endpoint c = make_client(40002, 0x20000000);
+  c.timestamps = false;
+  Endpoint oc = settle(c);
+  std::vector<uint8_t> small = c.data("0123456789");
+  ASSERT_EQ(small.size(), 64u);
+  std::vector<uint8_t> cut = a.data("a3");
+  cut.resize(net::kEthernetBytes + net::kIpv4Bytes + net::kTcpBytes + 4);
+  std::vector<Frame*> frames = {b().pool.frame(a.data("a1"), 0), b().pool.frame(a.data("a2"), 0),
+                                b().pool.frame(small, 0), b().pool.frame(cut, 0)};
+  const auto [taken, ports] = offer(*b().lcore, 0, frames, b().now_ns);
+  EXPECT_EQ(taken, 3u);
+  const Sent s = sent_of(frames[2]);
+  EXPECT_EQ(s.p.dst_port, oc.tcp_port);
+  EXPECT_EQ(s.payload(), "0123456789");
+  EXPECT_EQ(sent_of(frames[1]).p.dst_port, oa.tcp_port);
+  finish(frames, taken);
+}
+
 // One rx port may carry frames that leave by different ports: here the owners of two flows
 // on port 1, whose clients are on ports 0 and 2. The fast path gives a run per port, in order
 // (offer() checks that runs next to each other differ).
@@ -2020,6 +2050,94 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
       EXPECT_EQ(x->tx_frames, g.tx_frames);
     }
   }
+}
+
+// The fast path counts the carries of its translations in the TCP checksum (the sums are
+// taken modulo 0xffff, fast_path.cc): a sequence number, acknowledgment or timestamp that
+// wraps past 2^32 when moved changes the sum by one less, or one more, than the run's
+// constant. Flows whose legs' numbers lie near 2^32, segments each way through the driver's
+// fast path and through the general path: the same bytes, and translations that wrapped and
+// that did not among them.
+TEST(EstablishedPath, TranslationsThatWrapPast2To32GiveTheGeneralPathsBytes) {
+  engine::LcoreConfig fast_config = default_config();
+  engine::LcoreConfig general_config = default_config();
+  general_config.established_path = false;
+  const uint32_t isns[] = {0xffffff80u, 0xfffff000u, 0x00000040u, 0x80000000u};
+  const uint32_t clocks[] = {0xffffffc0u, 900000u};  // both ends' first timestamps
+  size_t seq_carried = 0, seq_plain = 0, ack_borrowed = 0, ack_plain = 0;
+  size_t ts_carried = 0, ts_plain = 0;
+  uint16_t src_port = 41000;
+  for (const uint32_t client_isn : isns) {
+    for (const uint32_t owner_isn : isns) {
+      for (const uint32_t clock : clocks) {
+        SCOPED_TRACE("client ISN " + std::to_string(client_isn) + ", owner ISN " +
+                     std::to_string(owner_isn) + ", clock " + std::to_string(clock));
+        Bench general(general_config);
+        Bench fast(fast_config);
+        Endpoint fresh = make_client(src_port++, client_isn);
+        fresh.ts_value = clock;
+        OwnerSide side;
+        side.isn = owner_isn;
+        side.ts_value = clock + 0x100;
+        Endpoint c;
+        Endpoint o;
+        for (Bench* b : {&general, &fast}) {
+          b->lcore->add_neighbor(kOwnerIp, kOwnerMac);
+          Endpoint copy = fresh;
+          const Spliced r = splice_session(*b->lcore, b->pool, copy, b->now_ns, side);
+          ASSERT_TRUE(r.owner.has_value()) << r.error;
+          c = copy;
+          o = *r.owner;
+        }
+        // The first segment each way retires the sequence maps' edits, then the fast path
+        // may take the rest.
+        for (int step = 0; step < 24; ++step) {
+          Endpoint& e = step % 2 == 0 ? c : o;
+          const std::string payload(step % 3 == 2 ? 0 : size_t(1 + step * 37), 'p');
+          const std::vector<uint8_t> in = payload.empty() ? e.segment(net::kAck) : e.data(payload);
+          e.ts_value += 0x20;
+          const std::vector<Sent> want = general.deliver(in, e.port_id);
+          const std::vector<Sent> got = fast.deliver_as_driver({fast.pool.frame(in, e.port_id)});
+          ASSERT_EQ(got.size(), want.size()) << "step " << step;
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(got[i].port, want[i].port) << "step " << step;
+            ASSERT_EQ(got[i].bytes, want[i].bytes) << "step " << step;
+            ASSERT_EQ(got[i].parsed, net::Reason::kOk) << "step " << step;  // checksums verify
+          }
+          for (const Sent& s : want) {
+            if (s.p.dst_ip == c.ip && s.p.dst_port == c.tcp_port) c.receive(s);
+            if (s.p.dst_ip == kOwnerIp) o.receive(s);
+          }
+          if (step < 2 || want.size() != 1) continue;
+          // The translations of this segment: seq' = seq + base, ack' = ack - base, one
+          // timestamp moved by the flow's offset (modulo 2^32).
+          Sent sent_in;
+          sent_in.bytes = in;
+          ASSERT_EQ(net::parse(sent_in.bytes, {}, &sent_in.p), net::Reason::kOk);
+          const net::Packet& a = sent_in.p;
+          const net::Packet& b = want[0].p;
+          (b.seq < a.seq ? seq_carried : seq_plain) += 1;
+          (b.ack > a.ack ? ack_borrowed : ack_plain) += 1;
+          if (a.options.has_timestamps && b.options.has_timestamps) {
+            // Towards the owner the echo moves, towards the client the value.
+            const bool to_owner = &e == &c;
+            const uint32_t before =
+                to_owner ? a.options.timestamps.echo_reply : a.options.timestamps.value;
+            const uint32_t after =
+                to_owner ? b.options.timestamps.echo_reply : b.options.timestamps.value;
+            if (before != after) (after < before ? ts_carried : ts_plain) += 1;
+          }
+        }
+        EXPECT_GT(fast.lcore->counters().fast_path, 10u);
+      }
+    }
+  }
+  EXPECT_GT(seq_carried, 0u);
+  EXPECT_GT(seq_plain, 0u);
+  EXPECT_GT(ack_borrowed, 0u);
+  EXPECT_GT(ack_plain, 0u);
+  EXPECT_GT(ts_carried, 0u);
+  EXPECT_GT(ts_plain, 0u);
 }
 
 }  // namespace

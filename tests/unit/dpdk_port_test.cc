@@ -98,14 +98,17 @@ class FastEchoHandler : public EchoHandler {
   FastEchoHandler(uint16_t a, uint16_t b) : EchoHandler(a, b), a_(a), b_(b) {}
 
   bool has_fast_path() const override { return true; }
-  size_t fast(uint16_t port, std::span<const engine::RxView> rx, engine::FastRun* runs,
+  size_t fast(uint16_t port, std::span<engine::RxBuffer* const> rx, engine::FastRun* runs,
               uint64_t) override {
     ++fast_calls;
     size_t count = 0;
     for (size_t i = 0; i < rx.size(); ++i) {
-      if (rx[i].len < 4 || rx[i].data[1] != kFastMark) break;
-      rx[i].data[2] = 'F';
-      const uint16_t out = rx[i].data[3] == kBack ? port : (port == a_ ? b_ : a_);
+      uint8_t* const data = engine::rx_data(rx[i]);
+      if (engine::rx_segments(rx[i]) != 1 || engine::rx_len(rx[i]) < 4 || data[1] != kFastMark) {
+        break;
+      }
+      data[2] = 'F';
+      const uint16_t out = data[3] == kBack ? port : (port == a_ ? b_ : a_);
       if (count != 0 && runs[count - 1].port == out) {
         runs[count - 1].end = uint16_t(i + 1);
       } else {
@@ -461,9 +464,30 @@ TEST_F(DpdkPortTest, LoopFreesFramesForPortsItDoesNotSendOn) {
   EXPECT_EQ(rte_ring_count(b_->tx), 0u);
 }
 
+// engine::RxBuffer reads an mbuf's frame where rte_pktmbuf_mtod() finds it, its first
+// segment's length and its segments, as the fast path gets them from the driver.
+TEST_F(DpdkPortTest, RxBufferReadsAnMbufsBytesLengthAndSegments) {
+  ASSERT_TRUE(make_pair());
+  rte_mbuf* head = rte_pktmbuf_alloc(pool_->mempool());
+  rte_mbuf* tail = rte_pktmbuf_alloc(pool_->mempool());
+  ASSERT_NE(head, nullptr);
+  ASSERT_NE(tail, nullptr);
+  head->data_off = uint16_t(head->data_off + 6);  // not where the buffer's headroom ends
+  ASSERT_NE(rte_pktmbuf_append(head, 300), nullptr);
+  ASSERT_NE(rte_pktmbuf_append(tail, 40), nullptr);
+  const auto* view = reinterpret_cast<const engine::RxBuffer*>(head);
+  EXPECT_EQ(engine::rx_data(view), rte_pktmbuf_mtod(head, uint8_t*));
+  EXPECT_EQ(engine::rx_len(view), 300u);
+  EXPECT_EQ(engine::rx_segments(view), 1u);
+  ASSERT_EQ(rte_pktmbuf_chain(head, tail), 0);
+  EXPECT_EQ(engine::rx_len(view), 300u);
+  EXPECT_EQ(engine::rx_segments(view), 2u);
+  rte_pktmbuf_free(head);
+}
+
 // The fast path's frames leave first and as they are; the rest of the burst, from the first
 // frame it left on (even frames it could have taken), goes to burst(), so the order holds. A
-// multi-segment mbuf is offered with length 0 and then dropped as before.
+// multi-segment mbuf is offered as it came, left by the fast path and then dropped as before.
 TEST_F(DpdkPortTest, LoopOffersEachBurstToTheFastPathFirst) {
   ASSERT_TRUE(make_pair());
   FastEchoHandler echo(a_->port->id(), b_->port->id());
@@ -500,7 +524,8 @@ TEST_F(DpdkPortTest, LoopOffersEachBurstToTheFastPathFirst) {
   EXPECT_EQ(rte_pktmbuf_mtod(out[1], uint8_t*)[0], 21);
   free_all(out);
 
-  // A marked multi-segment mbuf is not the fast path's: offered with length 0, then dropped.
+  // A marked multi-segment mbuf is not the fast path's: offered as it came (the handler reads
+  // its segments through engine::RxBuffer), left, then dropped.
   rte_mbuf* head = rte_pktmbuf_alloc(pool_->mempool());
   rte_mbuf* tail = rte_pktmbuf_alloc(pool_->mempool());
   ASSERT_NE(head, nullptr);

@@ -43,6 +43,12 @@ inline uint16_t load16(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
+// a + b with the carry out of bit 31 added back (end-around): the sum keeps its value modulo
+// 0xffff (2^32 is 1 modulo 0xffff) and is 0 only when both are.
+inline uint32_t add_around32(uint32_t a, uint32_t b) {
+  const uint32_t sum = a + b;
+  return sum + (sum < a);
+}
 
 // 16 bytes of a frame as two words, for the checks of its first 48 bytes three at a time
 // (GCC's vector extension: SSE2 on x86-64, plain words elsewhere).
@@ -63,6 +69,22 @@ inline bool any(Words2 v) {
 // ~old + new over a 32-bit field, both as they lie in memory.
 inline uint64_t change32(uint32_t old_wire, uint32_t new_wire) {
   return uint64_t(uint32_t(~old_wire)) + new_wire;
+}
+
+// The TCP checksum's sums are taken over host-order numbers, modulo 0xffff: a checksum is the
+// fold of a sum, and the fold of any sum other than 0 depends only on its value modulo 0xffff
+// (net::checksum_fold), so two sums that agree modulo 0xffff and are not 0 give the same
+// checksum. A 32-bit number is its two 16-bit halves' sum modulo 0xffff (2^16 is 1), so a
+// field moved by adding d modulo 2^32 changes the sum by d, less 1 when the addition wrapped
+// (2^32 is 1 as well): the sequence and acknowledgment numbers' changes are the run's
+// constants but for that carry.
+constexpr uint32_t kOnes = 0xffff;
+// ~old + new for 32-bit host-order values, modulo 0xffff.
+inline uint32_t change_h32(uint32_t old_value, uint32_t new_value) {
+  return uint32_t((uint64_t(uint32_t(~old_value)) + new_value) % kOnes);
+}
+inline uint32_t change_h16(uint16_t old_value, uint16_t new_value) {
+  return (uint32_t(uint16_t(~old_value)) + new_value) % kOnes;
 }
 
 // The addresses and ports of a tuple (host order) as they lie in a frame.
@@ -89,7 +111,11 @@ detail::FastRewrite fast_rewrite(const flow::Tuple& old_tuple, const flow::Tuple
   r.ports = n.ports;
   const uint64_t ip_sum = change32(o.src_ip, n.src_ip) + change32(o.dst_ip, n.dst_ip);
   r.ip_sum = net::checksum_fold(ip_sum);
-  r.tcp_sum = ip_sum + change32(o.ports, n.ports);
+  r.tcp_sum = (change_h32(old_tuple.src_ip, new_tuple.src_ip) +
+               change_h32(old_tuple.dst_ip, new_tuple.dst_ip) +
+               change_h16(old_tuple.src_port, new_tuple.src_port) +
+               change_h16(old_tuple.dst_port, new_tuple.dst_port)) %
+              kOnes;
   return r;
 }
 
@@ -98,8 +124,9 @@ detail::FastRewrite fast_rewrite(const flow::Tuple& old_tuple, const flow::Tuple
 void Lcore::prepare_fast_checks() {
   // Bytes 0-47 of the frames the fast path takes: Ethernet to the port's MAC, type IPv4;
   // version 4 and a 20-byte header; not a fragment (flag MF and the offset clear, DF may be
-  // set); protocol TCP; none of SYN, FIN and RST. Words 3 and 4 hold the addresses and ports,
-  // compared with the flow's; the IPv4 header is bytes 14-33, in words 1 to 4.
+  // set); protocol TCP; ACK, and none of SYN, FIN and RST (a spliced flow's segments all carry
+  // ACK: the rewrite always translates the acknowledgment number). Words 3 and 4 hold the addresses
+  // and ports, compared with the flow's; the IPv4 header is bytes 14-33, in words 1 to 4.
   uint8_t mask[48] = {};
   uint8_t expect[48] = {};
   const auto want = [&](size_t at, uint8_t m, uint8_t v) {
@@ -114,7 +141,7 @@ void Lcore::prepare_fast_checks() {
   want(kL3 + 6, 0x3f, 0x00);
   want(kL3 + 7, 0xff, 0x00);
   want(kL3 + 9, 0xff, net::kProtoTcp);
-  want(kL4 + 13, net::kSyn | net::kFin | net::kRst, 0x00);
+  want(kL4 + 13, net::kSyn | net::kFin | net::kRst | net::kAck, net::kAck);
   std::memcpy(fast_checks_.mask.data(), mask, sizeof mask);
   // One flow's frames, in one direction: the same addresses and ports (bytes 26-37) and TCP
   // header length (the high nibble of byte 46).
@@ -193,11 +220,15 @@ struct Run {
   uint32_t flow = detail::kNoSlot;
   uint32_t seq_base = 0;
   uint32_t ack_base = 0;
-  uint64_t ip_addresses = 0;  // the IPv4 header's addresses (bytes 26-33), summed as they lie
+  // The TCP checksum's change but for the sequence and acknowledgment numbers' carries and the
+  // old checksum, modulo 0xffff, plus 0xffff so that a frame's sum is never 0 (see kOnes).
+  uint32_t tcp_change = 0;
+  // The IPv4 header's addresses (bytes 26-33), summed as they lie, with end-around carry.
+  uint32_t ip_addresses = 0;
   uint32_t header_bytes = 0;  // the TCP header's, options included
   uint32_t headers = 0;       // the IPv4 and TCP headers': a frame's IPv4 length less its payload
   uint32_t ts_at = 0;         // the timestamp that moves (FastRewrite::ts_at), 0 if none
-  bool more = false;          // a window to rescale or a timestamp to move
+  bool rare = false;          // a window to rescale or switch_port
   bool from_client = false;
   bool switch_port = false;  // the client's frames arrive on another port (set_client_port)
 };
@@ -230,18 +261,45 @@ inline void clear(Run& run) {
   run.ack_base = from_client ? fl.o2c.base() : fl.c2o.base();
   uint8_t head[48];  // the run's bytes 0-47, as they lie under the run's mask
   std::memcpy(head, expect, sizeof head);
-  run.ip_addresses = uint64_t(load32(head + kL3 + 12)) + load32(head + kL3 + 16);
+  run.ip_addresses = add_around32(load32(head + kL3 + 12), load32(head + kL3 + 16));
   run.header_bytes = uint32_t(head[kL4 + 12] >> 4) * 4;
   run.headers = uint32_t(net::kIpv4Bytes) + run.header_bytes;
   run.ts_at = run.header_bytes == net::kTcpBytes ? 0 : run.rw->ts_at;
-  run.more = run.ts_at != 0 || run.rw->rescale;
   run.switch_port = from_client && fl.client.port != port;
+  run.rare = run.rw->rescale || run.switch_port;
+  // The moving timestamp changes the sum as the sequence number does.
+  const uint32_t ts_delta = run.ts_at != 0 ? run.rw->ts_delta : 0;
+  run.tcp_change = uint32_t(run.rw->tcp_sum) + run.seq_base % kOnes +
+                   (kOnes - run.ack_base % kOnes) + ts_delta % kOnes + kOnes;
   return true;
+}
+
+// What each frame of a run reads, as values: Lcore::fast keeps them in a local, which the
+// compiler may hold in registers (the Run is reached through memory, and each store into a
+// frame, bytes that may alias anything, would make it load the Run's fields again).
+struct RunFrame {
+  const detail::FastRewrite* rw;
+  detail::Leg* in;
+  uint32_t seq_base;
+  uint32_t ack_base;
+  uint32_t tcp_change;
+  uint32_t ip_addresses;
+  uint32_t headers;
+  uint32_t ts_at;
+  bool options;  // the TCP header has the timestamp option
+  bool rare;
+};
+
+inline RunFrame frame_view(const Run& run) {
+  return {run.rw,       run.in,         run.seq_base,
+          run.ack_base, run.tcp_change, run.ip_addresses,
+          run.headers,  run.ts_at,      run.header_bytes != net::kTcpBytes,
+          run.rare};
 }
 
 }  // namespace
 
-size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uint64_t now_ns) {
+size_t Lcore::fast(uint16_t port, std::span<RxBuffer* const> rx, FastRun* runs, uint64_t now_ns) {
   // The kernel's frames (TAP port) are addressed to their next hop: the general path.
   if (!config_.established_path || port >= fast_macs_.size() || from_kernel_port(port)) return 0;
   if (rx.size() > UINT16_MAX) rx = rx.first(UINT16_MAX);  // FastRun::end
@@ -293,11 +351,20 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
   // may stay in registers.
   Words2 run_expect[3];
   std::memcpy(run_expect, run.expect, sizeof run_expect);
+  RunFrame h = frame_view(run);
   size_t i = 0;
   for (; i < rx.size(); ++i) {
-    uint8_t* const d = rx[i].data;
-    const uint32_t len = rx[i].len;
-    if (len < kHeaders) break;
+    const RxBuffer* const b = rx[i];
+    // Lines ahead of their turn, as a frame's are rarely in the cache when the loop reaches
+    // it: the buffer 8 frames on (where its data lies) for reading, the headers of the frame
+    // 4 on for writing. Both fetches overlap this frame's work.
+    if (i + 8 < rx.size()) __builtin_prefetch(rx[i + 8], 0);
+    if (i + 4 < rx.size()) __builtin_prefetch(rx_data(rx[i + 4]), 1);
+    uint8_t* const d = rx_data(b);
+    const uint32_t len = rx_len(b);
+    // At least kHeaders: the words below are in the frame. A buffer of several segments
+    // (which the driver's general path refuses) is left to it.
+    if (len < kHeaders || rx_segments(b) != 1) break;
     const Words2 v[3] = {load_words2(d), load_words2(d + 16), load_words2(d + 32)};
     if (any(((v[0] ^ run_expect[0]) & run_mask[0]) | ((v[1] ^ run_expect[1]) & run_mask[1]) |
             ((v[2] ^ run_expect[2]) & run_mask[2]))) [[unlikely]] {
@@ -321,6 +388,7 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
       const Words2 expect[3] = {v[0] & run_mask[0], v[1] & run_mask[1], v[2] & run_mask[2]};
       if (!start(run, flows, id, flows[id].client.rx == tuple, expect, port)) break;
       std::memcpy(run_expect, expect, sizeof run_expect);
+      h = frame_view(run);
       if (run.rw->port != out_port) {
         if (i != port_from) runs[port_runs++] = {uint16_t(i), out_port};
         port_from = i;
@@ -332,76 +400,82 @@ size_t Lcore::fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uin
     uint8_t* const ip = d + kL3;
     uint8_t* const t = d + kL4;
     const uint32_t total = host16(load16(ip + 2));
-    if (total < run.headers || len - kL3 < total) break;
-    if (run.header_bytes != net::kTcpBytes && load32(t + net::kTcpBytes) != kTimestampOptionWire) {
-      break;
-    }
-    // The IPv4 header's sum: the run's addresses and the rest of the header, each part at an
-    // even offset in it, so the sum is that of its 16-bit words. It folds to all ones exactly
-    // when it is a multiple of 0xffff other than 0 (2^16 is 1 modulo 0xffff), and it is never
-    // 0: the version byte (0x45, under the run's mask) is in it. The multiple is tested by a
-    // multiplication, with no fold.
-    if ((run.ip_addresses + load16(ip) + load32(ip + 2) + load32(ip + 6) + load16(ip + 10)) %
-            0xffff !=
+    if (total < h.headers || len - kL3 < total) break;
+    const uint32_t payload = total - h.headers;
+    if (h.options && load32(t + net::kTcpBytes) != kTimestampOptionWire) break;
+    // The IPv4 header's sum: the run's addresses and the rest of the header as three 32-bit
+    // words, each part at an even offset in it, so the sum is that of its 16-bit words modulo
+    // 0xffff. It folds to all ones exactly when it is a multiple of 0xffff other than 0
+    // (net::checksum_fold), and it is never 0: the version byte (0x45, under the run's mask)
+    // is in it. The multiple is tested by a multiplication, with no fold.
+    const uint32_t ip_tail = load32(ip + 8);  // TTL, protocol, checksum
+    if (add_around32(add_around32(add_around32(load32(ip), load32(ip + 4)), ip_tail),
+                     h.ip_addresses) %
+            kOnes !=
         0) {
       break;
     }
-    const uint32_t payload = total - run.headers;
-    Flow& fl = *run.fl;
-    Leg& in = *run.in;
 
     // ack_storm()'s bookkeeping; a pure ACK that repeats the last one is left to it.
-    const uint8_t flags = t[13];
     const uint32_t ack_wire = load32(t + 8);
-    const uint16_t window_wire = load16(t + 14);
-    if (payload == 0 && (flags & ~(net::kAck | net::kPsh | net::kEce | net::kCwr)) == 0) {
-      const uint32_t ack = host32(ack_wire);
-      const uint16_t window = host16(window_wire);
-      if (ack == in.last_ack && window == in.last_window) break;
-      in.last_ack = ack;
-      in.last_window = window;
-    }
-    if (run.switch_port) [[unlikely]] {
-      set_client_port(fl, port);
-      run.switch_port = false;
+    if (payload == 0) {
+      const uint8_t flags = t[13];
+      if ((flags & ~(net::kAck | net::kPsh | net::kEce | net::kCwr)) == 0) {
+        const uint32_t ack = host32(ack_wire);
+        const uint16_t window = host16(load16(t + 14));
+        Leg& in = *h.in;
+        if (ack == in.last_ack && window == in.last_window) break;
+        in.last_ack = ack;
+        in.last_window = window;
+      }
     }
 
     // The rewrite, as client_established()/owner_established() and net::rewrite_established().
-    // The TCP checksum's change is summed over 32-bit values (~old + new for each field that
-    // moves) and folded once.
-    const detail::FastRewrite& rw = *run.rw;
+    // The IPv4 checksum's change is the run's (the addresses); the TCP checksum's is the run's
+    // less the sequence number's carry and plus the acknowledgment number's borrow, over
+    // host-order numbers (kOnes).
+    const detail::FastRewrite& rw = *h.rw;
     std::memcpy(d, rw.macs, 12);
     std::memcpy(ip + 12, &rw.addresses, 8);
     std::memcpy(t, &rw.ports, 4);
-    const uint32_t seq_wire = load32(t + 4);
-    const uint32_t seq = host32(seq_wire) + run.seq_base;
+    uint32_t seq;
+    const bool seq_carry = __builtin_add_overflow(host32(load32(t + 4)), h.seq_base, &seq);
+    uint32_t ack;
+    const bool ack_borrow = __builtin_sub_overflow(host32(ack_wire), h.ack_base, &ack);
     const uint32_t new_seq_wire = host32(seq);
+    const uint32_t new_ack_wire = host32(ack);
     std::memcpy(t + 4, &new_seq_wire, 4);
-    uint64_t tcp_sum = rw.tcp_sum + uint16_t(~load16(t + 16)) + uint32_t(~seq_wire) + new_seq_wire;
-    if (flags & net::kAck) {
-      const uint32_t new_ack_wire = host32(host32(ack_wire) - run.ack_base);
-      tcp_sum += uint64_t(uint32_t(~ack_wire)) + new_ack_wire;
-      std::memcpy(t + 8, &new_ack_wire, 4);
+    std::memcpy(t + 8, &new_ack_wire, 4);
+    uint32_t tcp_sum = (kOnes - host16(load16(t + 16))) + h.tcp_change + uint32_t(ack_borrow) -
+                       uint32_t(seq_carry);
+    if (h.ts_at != 0) {
+      uint8_t* const field = t + h.ts_at;
+      uint32_t value;
+      tcp_sum -= __builtin_add_overflow(host32(load32(field)), rw.ts_delta, &value);
+      const uint32_t value_wire = host32(value);
+      std::memcpy(field, &value_wire, 4);
     }
-    if (run.more) {
-      if (rw.rescale) [[unlikely]] {
-        const uint16_t new_window_wire =
-            host16(splice::rescale_window(host16(window_wire), rw.window_from, rw.window_to));
-        tcp_sum += uint64_t(uint16_t(~window_wire)) + new_window_wire;
+    if (h.rare) [[unlikely]] {
+      if (run.switch_port) {
+        set_client_port(*run.fl, port);
+        run.switch_port = false;
+        run.rare = rw.rescale;
+        h.rare = run.rare;
+      }
+      if (rw.rescale) {
+        const uint16_t window = host16(load16(t + 14));
+        const uint16_t new_window = splice::rescale_window(window, rw.window_from, rw.window_to);
+        tcp_sum += (kOnes - window) + new_window;
+        const uint16_t new_window_wire = host16(new_window);
         std::memcpy(t + 14, &new_window_wire, 2);
       }
-      if (run.ts_at != 0) {
-        uint8_t* const field = t + run.ts_at;
-        const uint32_t old_wire = load32(field);
-        const uint32_t new_wire = host32(host32(old_wire) + rw.ts_delta);
-        tcp_sum += uint64_t(uint32_t(~old_wire)) + new_wire;
-        std::memcpy(field, &new_wire, 4);
-      }
     }
+    const uint16_t ip_check_wire =
+        std::endian::native == std::endian::little ? uint16_t(ip_tail >> 16) : uint16_t(ip_tail);
     const uint16_t ip_check =
-        uint16_t(~net::checksum_fold32(uint32_t(uint16_t(~load16(ip + 10))) + rw.ip_sum));
+        uint16_t(~net::checksum_fold32(uint32_t(uint16_t(~ip_check_wire)) + rw.ip_sum));
     std::memcpy(ip + 10, &ip_check, 2);
-    const uint16_t tcp_check = uint16_t(~net::checksum_fold(tcp_sum));
+    const uint16_t tcp_check = host16(uint16_t(~net::checksum_fold32(tcp_sum)));
     std::memcpy(t + 16, &tcp_check, 2);
     run_bytes += payload;
   }

@@ -62,7 +62,9 @@ struct FastRewrite {
   // client), and ts_delta what is added to it.
   uint32_t ts_delta = 0;
   uint64_t addresses = 0;  // source then destination address
-  uint64_t tcp_sum = 0;    // the addresses' and ports' part of the TCP checksum's change
+  // The addresses' and ports' part of the TCP checksum's change, over host-order numbers and
+  // modulo 0xffff (fast_path.cc).
+  uint64_t tcp_sum = 0;
   uint8_t ts_at = 0;
   bool rescale = false;  // the legs' window scales differ: the window field is rescaled
   uint8_t window_from = 0;

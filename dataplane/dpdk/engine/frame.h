@@ -3,7 +3,9 @@
 // driver, a heap block in tests). Keeps the engine's logic free of DPDK headers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 namespace sluice::dpdk::engine {
@@ -34,13 +36,48 @@ class FramePool {
 
 namespace sluice::dpdk::engine {
 
-// A received frame offered to BurstHandler::fast(): its bytes where the driver received them,
-// not yet a Frame. len 0 marks a frame the fast path must leave alone (e.g. a multi-segment
-// mbuf).
-struct RxView {
-  uint8_t* data = nullptr;
-  uint32_t len = 0;
+// A received buffer as the driver offers it to BurstHandler::fast(): DPDK's rte_mbuf, as the
+// port received it. The engine reads the few fields it needs at their offsets (rx_data,
+// rx_len, rx_segments), which port/ asserts against rte_mbuf when it compiles, so that it
+// needs no DPDK header and the driver hands its burst over without copying a thing. Tests lay
+// out RxBuffers the same way (set_rx_buffer).
+struct RxBuffer {
+  static constexpr size_t kBufAddr = 0;   // uint8_t*: the buffer
+  static constexpr size_t kDataOff = 16;  // uint16_t: where the frame starts in it
+  static constexpr size_t kNbSegs = 20;   // uint16_t: segments (the fast path takes 1 only)
+  static constexpr size_t kDataLen = 40;  // uint16_t: the bytes in the first segment
+  alignas(64) uint8_t header[64] = {};
 };
+
+namespace rx_detail {
+template <typename T>
+inline T field(const RxBuffer* b, size_t at) {
+  T v;
+  std::memcpy(&v, reinterpret_cast<const uint8_t*>(b) + at, sizeof v);
+  return v;
+}
+}  // namespace rx_detail
+
+// The frame's first byte, its length in the first segment and the buffer's segments.
+inline uint8_t* rx_data(const RxBuffer* b) {
+  return rx_detail::field<uint8_t*>(b, RxBuffer::kBufAddr) +
+         rx_detail::field<uint16_t>(b, RxBuffer::kDataOff);
+}
+inline uint32_t rx_len(const RxBuffer* b) {
+  return rx_detail::field<uint16_t>(b, RxBuffer::kDataLen);
+}
+inline uint16_t rx_segments(const RxBuffer* b) {
+  return rx_detail::field<uint16_t>(b, RxBuffer::kNbSegs);
+}
+
+// Lays out `b` as a received buffer of `len` bytes at `data` (tests, benchmarks).
+inline void set_rx_buffer(RxBuffer& b, uint8_t* data, uint16_t len, uint16_t segments = 1) {
+  const uint16_t offset = 0;
+  std::memcpy(b.header + RxBuffer::kBufAddr, &data, sizeof data);
+  std::memcpy(b.header + RxBuffer::kDataOff, &offset, 2);
+  std::memcpy(b.header + RxBuffer::kNbSegs, &segments, 2);
+  std::memcpy(b.header + RxBuffer::kDataLen, &len, 2);
+}
 
 // A span of frames the fast path took that leave by one port: from where the span before ended
 // (0 for the first) to before `end`. Each span holds at least one frame.
@@ -71,13 +108,14 @@ class BurstHandler {
   // The fast path, for a handler that has one (has_fast_path(), asked once by the driver):
   // tried on every received burst before its frames become Frames. It takes frames from the
   // front of `rx` (all from `port`), in order, rewrites each in place without changing its
-  // length, and stops at the first frame it leaves to burst(). It describes the frames it took
+  // length, and stops at the first frame it leaves to burst(), which includes any buffer of
+  // more than one segment (rx_segments). It describes the frames it took
   // as spans that each leave by one port (FastRun), in runs[0..k) (room for rx.size()), and
   // returns k: it took frames [0, runs[k-1].end), none when k is 0. The driver sends those as
   // they are, then hands the rest of the burst to burst(), so the frames of a flow keep their
   // order and every frame burst() sees finds the state the frames before it left.
   virtual bool has_fast_path() const { return false; }
-  virtual size_t fast(uint16_t /*port*/, std::span<const RxView> /*rx*/, FastRun* /*runs*/,
+  virtual size_t fast(uint16_t /*port*/, std::span<RxBuffer* const> /*rx*/, FastRun* /*runs*/,
                       uint64_t /*now_ns*/) {
     return 0;
   }

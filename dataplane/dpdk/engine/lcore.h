@@ -99,7 +99,8 @@ class Lcore final : public BurstHandler {
   // path takes, on flows whose sequence maps are down to their bases, without FIN, RST or a
   // repeated pure ACK. On whenever the established-flow path is (LcoreConfig).
   bool has_fast_path() const override { return config_.established_path; }
-  size_t fast(uint16_t port, std::span<const RxView> rx, FastRun* runs, uint64_t now_ns) override;
+  size_t fast(uint16_t port, std::span<RxBuffer* const> rx, FastRun* runs,
+              uint64_t now_ns) override;
 
   const LcoreCounters& counters() const { return counters_; }
   uint32_t flows() const { return flows_in_use_; }

@@ -7,6 +7,7 @@
 #include <rte_mbuf.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "dataplane/dpdk/port/mbuf_pool.h"
@@ -14,6 +15,14 @@
 #include "dataplane/session/assert.h"
 
 namespace sluice::dpdk::port {
+
+// engine::RxBuffer reads an rte_mbuf's fields at these offsets, and their types.
+static_assert(offsetof(rte_mbuf, buf_addr) == engine::RxBuffer::kBufAddr);
+static_assert(offsetof(rte_mbuf, data_off) == engine::RxBuffer::kDataOff);
+static_assert(offsetof(rte_mbuf, nb_segs) == engine::RxBuffer::kNbSegs);
+static_assert(offsetof(rte_mbuf, data_len) == engine::RxBuffer::kDataLen);
+static_assert(sizeof(rte_mbuf::buf_addr) == sizeof(uint8_t*) && sizeof(rte_mbuf::data_off) == 2 &&
+              sizeof(rte_mbuf::nb_segs) == 2 && sizeof(rte_mbuf::data_len) == 2);
 
 LcoreLoop::LcoreLoop(std::span<const RxSource> rx, std::span<Port* const> tx, uint16_t tx_queue,
                      engine::BurstHandler& handler)
@@ -91,13 +100,10 @@ uint32_t LcoreLoop::run_once() {
     received += n;
     uint16_t first = 0;  // frames [0, first) went by the fast path
     if (fast_path_) {
-      for (uint16_t i = 0; i < n; ++i) {
-        const rte_mbuf* m = rx_mbufs_[i];
-        // len 0: a multi-segment mbuf, refused below, never taken by the fast path.
-        rx_views_[i] = {rte_pktmbuf_mtod(m, uint8_t*), m->nb_segs == 1 ? m->data_len : 0u};
-      }
-      const size_t runs =
-          handler_.fast(port_id, std::span(rx_views_.data(), n), fast_runs_.data(), now);
+      // The mbufs as they came (engine::RxBuffer reads them).
+      const size_t runs = handler_.fast(
+          port_id, std::span(reinterpret_cast<engine::RxBuffer* const*>(rx_mbufs_.data()), n),
+          fast_runs_.data(), now);
       SLUICE_ASSERT(runs <= n);
       // Each span of frames for one port (usually the whole burst) is staged at once.
       for (size_t r = 0; r < runs; ++r) {

@@ -92,7 +92,6 @@ class LcoreLoop {
   std::array<rte_mbuf*, kBurstMax> rx_mbufs_{};
   std::array<engine::Frame*, kBurstMax> rx_frames_{};
   bool fast_path_;  // the handler has one (asked once)
-  std::array<engine::RxView, kBurstMax> rx_views_{};
   std::array<engine::FastRun, kBurstMax> fast_runs_{};
   double ns_per_tsc_;
   uint64_t last_tick_ns_ = 0;
