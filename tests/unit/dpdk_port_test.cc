@@ -271,6 +271,20 @@ TEST_F(DpdkPortTest, MbufPoolAllocGivesEmptyFrameThatRoundTrips) {
   EXPECT_EQ(pool_->available(), kPoolMbufs);
 }
 
+TEST_F(DpdkPortTest, MbufPoolPutsReceivedDataEightBytesIntoACacheLine) {
+  // Where a PMD writes a frame: data_off as rte_pktmbuf_reset leaves it. The headers of a
+  // frame without TCP options (54 bytes) then fit in the line.
+  for (int i = 0; i < 4; ++i) {
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_->mempool());
+    ASSERT_NE(m, nullptr);
+    const auto at = reinterpret_cast<uintptr_t>(rte_pktmbuf_mtod(m, uint8_t*));
+    EXPECT_EQ(at % RTE_CACHE_LINE_SIZE, MbufPool::kDataLineOffset) << i;
+    EXPECT_LE(at % RTE_CACHE_LINE_SIZE + 54, uint64_t{RTE_CACHE_LINE_SIZE});
+    EXPECT_GE(m->priv_size, sizeof(Frame));
+    rte_pktmbuf_free(m);
+  }
+}
+
 TEST_F(DpdkPortTest, MbufPoolEveryMbufRoundTripsAndEmptyPoolGivesNull) {
   std::vector<Frame*> frames;
   for (uint32_t i = 0; i < kPoolMbufs; ++i) {

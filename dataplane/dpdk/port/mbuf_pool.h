@@ -23,9 +23,19 @@ struct MbufPoolConfig {
 
 class MbufPool final : public engine::FramePool {
  public:
-  // Bytes reserved after each rte_mbuf for its Frame.
-  static constexpr uint16_t kPrivBytes =
-      static_cast<uint16_t>(RTE_ALIGN_CEIL(sizeof(engine::Frame), RTE_MBUF_PRIV_ALIGN));
+  // Where a received frame starts in its cache line: PMDs write it RTE_PKTMBUF_HEADROOM bytes
+  // into the buffer, which begins after the rte_mbuf and its private area. 8 bytes in, the 54
+  // bytes of Ethernet, IPv4 and TCP headers without options lie in one line, and the 66 with
+  // TCP timestamps in two with none of their written fields across the lines (at 0, the
+  // echoed timestamp would straddle them; at 32, where a private area of just a Frame left
+  // it, every frame's headers took two lines: bench/RESULTS.md, session 31).
+  static constexpr uint16_t kDataLineOffset = 8;
+  // Bytes reserved after each rte_mbuf: its Frame, then padding up to kDataLineOffset.
+  static constexpr uint16_t kPrivBytes = static_cast<uint16_t>(
+      RTE_ALIGN_CEIL(sizeof(engine::Frame), RTE_CACHE_LINE_SIZE) + kDataLineOffset);
+  static_assert(kPrivBytes % RTE_MBUF_PRIV_ALIGN == 0);
+  static_assert(sizeof(rte_mbuf) % RTE_CACHE_LINE_SIZE == 0 &&
+                RTE_PKTMBUF_HEADROOM % RTE_CACHE_LINE_SIZE == 0);
 
   struct Created {
     std::unique_ptr<MbufPool> pool;  // null on failure
