@@ -13,7 +13,9 @@
 // frame's flow looked up in the table. Prints Mpps per lcore for each; the filling of the ring
 // is not timed.
 // The target's figures (ethdev io, the floors, the splice) are timed in rounds, each of them in
-// turn, and their ratios taken per round: the median is the figure.
+// turn, and their ratios taken per round: the median is the figure. Each round also times the
+// splice on the fast path's baseline build (LcoreConfig::fast_path_v3 off; informational: on a
+// CPU with x86-64-v3 the lcore runs that build of its loop).
 // Usage: dpdk_forward_bench [--packets=N] [--rounds=R] [--seconds=S] [--pages=auto|2m|4k]
 // (packets per run, 20 million; rounds, 5; --benchmark_* flags are accepted and ignored but for
 // a short smoke run: CI passes --benchmark_min_time). Needs no NIC. Memory: 2 MB hugepages, as
@@ -93,7 +95,8 @@ uint64_t loop_now_ns() {
                                static_cast<double>(rte_get_tsc_hz()));
 }
 
-std::unique_ptr<SpliceRig> make_splice_rig(bench::ForwardRig& rig, bool established_path) {
+std::unique_ptr<SpliceRig> make_splice_rig(bench::ForwardRig& rig, bool established_path,
+                                           bool fast_path_v3 = true) {
   using namespace dpdk::sim;
   auto s = std::make_unique<SpliceRig>();
   dpdk::engine::LcoreConfig c = default_config();
@@ -106,6 +109,7 @@ std::unique_ptr<SpliceRig> make_splice_rig(bench::ForwardRig& rig, bool establis
               {ip4(10, 0, 2, 0), 24, 0, owner_port},
               {ip4(10, 0, 3, 0), 24, 0, owner_port}};
   c.established_path = established_path;
+  c.fast_path_v3 = fast_path_v3;
   s->config = c;
   s->now_ns = loop_now_ns();
   s->lcore = std::make_unique<dpdk::engine::Lcore>(s->config, s->router, rig.pool(), s->now_ns);
@@ -267,7 +271,8 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options, uns
     std::vector<std::vector<uint8_t>> frames;  // one per case, for this variant's flows
   };
   Variant variants[] = {{"LcoreLoop + engine::Lcore", make_splice_rig(rig, true), {}},
-                        {"LcoreLoop + Lcore, general", make_splice_rig(rig, false), {}}};
+                        {"LcoreLoop + Lcore, general", make_splice_rig(rig, false), {}},
+                        {"  fast path's baseline build", make_splice_rig(rig, true, false), {}}};
   for (Variant& v : variants) {
     for (const Case& c : cases) {
       v.frames.push_back(spliced_template(*v.rig, rig, c.src_port, c.timestamps, c.bytes));
@@ -283,6 +288,8 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options, uns
       "target's figures in %u rounds, each timing ethdev io, the floors and the splice in turn "
       "(%llu packets each); ratios are per round, then their median and range\n",
       rounds, static_cast<unsigned long long>(options.packets));
+  std::printf("the fast path's loop: %s build (LcoreConfig::fast_path_v3)\n",
+              variants[0].rig->lcore->fast_path_v3() ? "x86-64-v3" : "baseline");
   int rc = 0;
   for (size_t i = 0; i < std::size(cases); ++i) {
     std::printf("frame %zu bytes (established client segment, %s TCP timestamps):\n",
@@ -290,9 +297,10 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options, uns
     const std::vector<uint8_t>& frame = variants[0].frames[i];
     // Rounds: the machine's load changes from second to second, and a ratio of figures
     // timed side by side in each round is steadier than one of two long runs.
-    Series raw, floor_loop, floor_write, floor_fields, spliced;
-    std::vector<double> ratio, ratio_loop, ratio_write, ratio_fields;
+    Series raw, floor_loop, floor_write, floor_fields, spliced, baseline;
+    std::vector<double> ratio, ratio_loop, ratio_write, ratio_fields, ratio_baseline, build_gain;
     SpliceRig& s = *variants[0].rig;
+    SpliceRig& base = *variants[2].rig;
     for (unsigned r = 0; r < rounds && rc == 0; ++r) {
       const bench::ForwardResult e = bench::run_ethdev_forward(rig, frame, options);
       // Floors (informational): the loop's fast path with no splice behind it.
@@ -305,11 +313,18 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options, uns
       const bench::ForwardResult ff = bench::run_forward(rig, fields, frame, options);
       const dpdk::engine::LcoreCounters before = s.lcore->counters();
       const bench::ForwardResult sp = bench::run_forward(rig, *s.lcore, frame, options);
+      // Informational: the same splice on the fast path's baseline build (its own flow).
+      const dpdk::engine::LcoreCounters base_before = base.lcore->counters();
+      const bench::ForwardResult sb =
+          bench::run_forward(rig, *base.lcore, variants[2].frames[i], options);
       if (e.dropped != 0 || e.packets == 0 || fl.dropped != 0 || fw.dropped != 0 ||
           ff.dropped != 0 || fl.packets == 0 || fw.packets == 0 || ff.packets == 0 ||
-          !all_spliced(before, s.lcore->counters(), sp, true)) {
+          !all_spliced(before, s.lcore->counters(), sp, true) ||
+          !all_spliced(base_before, base.lcore->counters(), sb, true)) {
         rc = 1;
       }
+      baseline.add(sb);
+      if (sb.mpps > 0) build_gain.push_back(sp.mpps / sb.mpps);
       raw.add(e);
       floor_loop.add(fl);
       floor_write.add(fw);
@@ -320,6 +335,7 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options, uns
         ratio_loop.push_back(fl.mpps / e.mpps);
         ratio_write.push_back(fw.mpps / e.mpps);
         ratio_fields.push_back(ff.mpps / e.mpps);
+        ratio_baseline.push_back(sb.mpps / e.mpps);
       }
     }
     raw.print("ethdev rx/tx (testpmd io)");
@@ -327,10 +343,14 @@ int run_splice(bench::ForwardRig& rig, const bench::ForwardOptions& options, uns
     floor_write.print("  + one header byte written");
     floor_fields.print("  + the rewrite's fields");
     spliced.print("LcoreLoop + engine::Lcore");
+    baseline.print(variants[2].name);
     print_ratios("ratio floor loop/ethdev", ratio_loop, "(the loop alone)");
     print_ratios("ratio floor write/ethdev", ratio_write, "(the loop and one write)");
     print_ratios("ratio floor fields/ethdev", ratio_fields,
                  "(the loop and the rewrite's writes, no checks)");
+    print_ratios("ratio baseline build/ethdev", ratio_baseline,
+                 "(the splice on the fast path's baseline build)");
+    print_ratios("ratio splice/baseline build", build_gain, "(what the lcore's build gives)");
     const double median_ratio = print_ratios("ratio splice/ethdev", ratio, "(the target's figure)");
     std::printf("  target >= %.2f (median of the rounds): %s\n", kSpliceTarget,
                 median_ratio >= kSpliceTarget ? "met" : "NOT met");

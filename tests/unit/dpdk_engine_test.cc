@@ -1450,8 +1450,19 @@ std::pair<size_t, std::vector<uint16_t>> offer(engine::Lcore& lcore, uint16_t po
   return {n, out};
 }
 
-class FastPath : public Splicer {
+// Each test runs on both builds of the fast path's loop (LcoreConfig::fast_path_v3): the
+// baseline, and the x86-64-v3 build where the CPU has it.
+engine::LcoreConfig fast_path_config(bool v3) {
+  engine::LcoreConfig c = default_config();
+  c.fast_path_v3 = v3;
+  return c;
+}
+
+class FastPath : public Splicer, public ::testing::WithParamInterface<bool> {
  protected:
+  FastPath() : Splicer(config()) {}
+  // default_config() with this test's build of the loop.
+  static engine::LcoreConfig config() { return fast_path_config(GetParam()); }
   // A spliced session whose sequence maps are down to their bases, as the fast path wants
   // them: the owner has acknowledged the replay and the client the injected CONNECTED.
   Endpoint settle(Endpoint& c) {
@@ -1471,7 +1482,7 @@ class FastPath : public Splicer {
   }
 };
 
-TEST_F(FastPath, TakesSegmentsFromTheFrontAndStopsAtTheFirstItLeaves) {
+TEST_P(FastPath, TakesSegmentsFromTheFrontAndStopsAtTheFirstItLeaves) {
   Endpoint c = make_client();
   Endpoint o = settle(c);
   const engine::LcoreCounters before = b().lcore->counters();
@@ -1499,7 +1510,7 @@ TEST_F(FastPath, TakesSegmentsFromTheFrontAndStopsAtTheFirstItLeaves) {
   EXPECT_EQ(b().lcore->counters().c2o_packets - before.c2o_packets, 4u);
 }
 
-TEST_F(FastPath, LeavesWhatTheGeneralPathMustSee) {
+TEST_P(FastPath, LeavesWhatTheGeneralPathMustSee) {
   Endpoint c = make_client();
   Endpoint o = settle(c);
   std::vector<uint8_t> bad_ip = c.data("y");
@@ -1528,7 +1539,7 @@ TEST_F(FastPath, LeavesWhatTheGeneralPathMustSee) {
   b().pool.free(f);
   EXPECT_EQ(b().lcore->counters().fast_path, 0u);
 
-  engine::LcoreConfig cfg = default_config();
+  engine::LcoreConfig cfg = config();
   cfg.exception_port = 1;
   rebuild(cfg);
   Endpoint c2 = make_client();
@@ -1542,7 +1553,7 @@ TEST_F(FastPath, LeavesWhatTheGeneralPathMustSee) {
   b().pool.free(h);
 }
 
-TEST_F(FastPath, RepeatedPureAckGoesToTheAckStormCheck) {
+TEST_P(FastPath, RepeatedPureAckGoesToTheAckStormCheck) {
   Endpoint c = make_client();
   settle(c);
   Frame* first = b().pool.frame(c.segment(net::kAck), 0);
@@ -1559,8 +1570,8 @@ TEST_F(FastPath, RepeatedPureAckGoesToTheAckStormCheck) {
 
 // A segment the fast path takes ends a run of repeated pure ACKs, as one the general path takes
 // does: the ACK-storm count starts again.
-TEST_F(FastPath, ASegmentTakenEndsARunOfRepeatedAcks) {
-  engine::LcoreConfig cfg = default_config();
+TEST_P(FastPath, ASegmentTakenEndsARunOfRepeatedAcks) {
+  engine::LcoreConfig cfg = config();
   cfg.ack_storm_max = 3;
   rebuild(cfg);
   Endpoint c = make_client();
@@ -1587,7 +1598,7 @@ TEST_F(FastPath, ASegmentTakenEndsARunOfRepeatedAcks) {
 // started in this burst and in one carried over from the last. A frame whose TTL and
 // identification differ from the run's first, with a checksum made right, is taken; one whose
 // checksum does not verify stops the fast path there.
-TEST_F(FastPath, EachFrameOfARunHasItsHeaderChecksumVerified) {
+TEST_P(FastPath, EachFrameOfARunHasItsHeaderChecksumVerified) {
   Endpoint c = make_client();
   Endpoint o = settle(c);
   const auto changed = [](std::vector<uint8_t> frame, bool checksum_right) {
@@ -1621,8 +1632,8 @@ TEST_F(FastPath, EachFrameOfARunHasItsHeaderChecksumVerified) {
 
 // Segments the fast path takes keep a spliced flow alive; it expires only when the idle time
 // has passed since the last of them.
-TEST_F(FastPath, SegmentsTakenKeepTheFlowFromExpiring) {
-  engine::LcoreConfig cfg = default_config();
+TEST_P(FastPath, SegmentsTakenKeepTheFlowFromExpiring) {
+  engine::LcoreConfig cfg = config();
   cfg.established_idle_ms = 10'000;
   rebuild(cfg);
   Endpoint c = make_client();
@@ -1661,7 +1672,7 @@ std::vector<engine::Lcore::FlowView> list_sessions(const engine::Lcore& lcore,
 // spliced each way, whichever path (the fast one or the general one) took them; a flow in the
 // prelude has no destination yet, and one that ended is no longer listed, even when it ended
 // after the walk of the table found it.
-TEST_F(FastPath, TheLcoreListsItsSessionsWithTheBytesSplicedEachWay) {
+TEST_P(FastPath, TheLcoreListsItsSessionsWithTheBytesSplicedEachWay) {
   EXPECT_TRUE(list_sessions(*b().lcore).empty());
   Endpoint c = make_client(40001, 0x10000000);
   Endpoint o = settle(c);  // settle() sent "x" to the owner by the general path
@@ -1726,7 +1737,7 @@ TEST_F(FastPath, TheLcoreListsItsSessionsWithTheBytesSplicedEachWay) {
 // The fast path keeps the flow and direction of the frames it takes, within a burst and
 // between bursts, and checks each frame against them: frames of two flows in turn each go to
 // their own peer, and a frame of the remembered flow that is a fragment stops it.
-TEST_F(FastPath, FramesOfSeveralFlowsInTurnEachGoToTheirOwnPeer) {
+TEST_P(FastPath, FramesOfSeveralFlowsInTurnEachGoToTheirOwnPeer) {
   Endpoint a = make_client(40001, 0x10000000);
   Endpoint oa = settle(a);
   Endpoint c = make_client(40002, 0x20000000);
@@ -1781,7 +1792,7 @@ TEST_F(FastPath, FramesOfSeveralFlowsInTurnEachGoToTheirOwnPeer) {
 // A run's headers say nothing of the next flow's: after segments with the timestamp option
 // (66 bytes of headers), a minimum-size frame of a flow without it (64 bytes, 10 of payload
 // and padding) is taken, and a frame of the first flow cut short of its headers is not.
-TEST_F(FastPath, AShortFrameOfAnotherFlowIsTakenAfterARunWithTimestamps) {
+TEST_P(FastPath, AShortFrameOfAnotherFlowIsTakenAfterARunWithTimestamps) {
   Endpoint a = make_client(40001, 0x10000000);
   Endpoint oa = settle(a);
   Endpoint c = make_client(40002, 0x20000000);
@@ -1805,8 +1816,8 @@ TEST_F(FastPath, AShortFrameOfAnotherFlowIsTakenAfterARunWithTimestamps) {
 // One rx port may carry frames that leave by different ports: here the owners of two flows
 // on port 1, whose clients are on ports 0 and 2. The fast path gives a run per port, in order
 // (offer() checks that runs next to each other differ).
-TEST_F(FastPath, ABurstForSeveralPortsIsTakenAsARunPerPort) {
-  engine::LcoreConfig cfg = default_config();
+TEST_P(FastPath, ABurstForSeveralPortsIsTakenAsARunPerPort) {
+  engine::LcoreConfig cfg = config();
   const net::MacAddr port2_mac{{0x02, 0, 0, 0, 0xee, 0x02}};
   cfg.port_macs.push_back(port2_mac);
   rebuild(cfg);
@@ -1840,7 +1851,7 @@ TEST_F(FastPath, ABurstForSeveralPortsIsTakenAsARunPerPort) {
 
 // The fast path remembers its last flow; a flow freed and its slot taken by another session
 // must not be found that way.
-TEST_F(FastPath, AFreedFlowIsNotFoundThroughTheLastLookup) {
+TEST_P(FastPath, AFreedFlowIsNotFoundThroughTheLastLookup) {
   Endpoint a = make_client(40001, 0x10000000);
   Endpoint oa = settle(a);
   Frame* f = b().pool.frame(a.data("a"), 0);
@@ -1861,6 +1872,25 @@ TEST_F(FastPath, AFreedFlowIsNotFoundThroughTheLastLookup) {
   (void)oa;
 }
 
+INSTANTIATE_TEST_SUITE_P(Builds, FastPath, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? "X86_64_V3" : "Baseline";
+                         });
+
+// An lcore runs the x86-64-v3 build exactly when its config allows it and the CPU has those
+// features (GCC on x86-64; elsewhere, the baseline only).
+TEST(FastPathBuild, TheV3BuildRunsWhereTheCpuHasIt) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  const bool cpu_v3 = __builtin_cpu_supports("x86-64-v3");
+#else
+  const bool cpu_v3 = false;
+#endif
+  Bench on(fast_path_config(true));
+  Bench off(fast_path_config(false));
+  EXPECT_EQ(on.lcore->fast_path_v3(), cpu_v3);
+  EXPECT_FALSE(off.lcore->fast_path_v3());
+}
+
 // ---- the established-flow path -------------------------------------------------------------
 
 // Three lcores take the same spliced session and the same bursts (data and ACKs both ways,
@@ -1876,11 +1906,14 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
   engine::LcoreConfig on_config = default_config();
   engine::LcoreConfig off_config = default_config();
   off_config.established_path = false;
+  engine::LcoreConfig baseline_config = default_config();
+  baseline_config.fast_path_v3 = false;
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Bench on(on_config);
     Bench off(off_config);
-    Bench fast(on_config);
+    Bench fast(on_config);             // the fast path's x86-64-v3 build where the CPU has it
+    Bench fast_base(baseline_config);  // its baseline build
     Endpoint fresh = make_client(uint16_t(40000 + seed));
     OwnerSide owner_side;
     switch (seed % 4) {
@@ -1899,7 +1932,7 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
     }
     Endpoint c;
     std::optional<Endpoint> o;
-    for (Bench* b : {&on, &off, &fast}) {
+    for (Bench* b : {&on, &off, &fast, &fast_base}) {
       b->lcore->add_neighbor(kOwnerIp, kOwnerMac);
       Endpoint copy = fresh;
       const Spliced r = splice_session(*b->lcore, b->pool, copy, b->now_ns, owner_side);
@@ -1983,16 +2016,18 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
             break;
         }
       }
-      std::vector<Sent> sent[3];
-      for (int k = 0; k < 3; ++k) {
-        Bench& b = k == 0 ? on : k == 1 ? off : fast;
+      std::vector<Sent> sent[4];
+      for (int k = 0; k < 4; ++k) {
+        Bench& b = k == 0 ? on : k == 1 ? off : k == 2 ? fast : fast_base;
         std::vector<Frame*> frames;
         for (const auto& [bytes, port] : burst)
           frames.push_back(b.pool.frame(bytes, port));
-        sent[k] = k == 2 ? b.deliver_as_driver(frames) : b.deliver(frames);
+        sent[k] = k >= 2 ? b.deliver_as_driver(frames) : b.deliver(frames);
       }
-      for (int k : {0, 2}) {
-        SCOPED_TRACE(k == 0 ? "established-flow path" : "fast path");
+      for (int k : {0, 2, 3}) {
+        SCOPED_TRACE(k == 0   ? "established-flow path"
+                     : k == 2 ? "fast path"
+                              : "fast path, baseline");
         ASSERT_EQ(sent[k].size(), sent[1].size()) << "step " << step;
         for (size_t i = 0; i < sent[k].size(); ++i) {
           ASSERT_EQ(sent[k][i].port, sent[1][i].port) << "step " << step << " frame " << i;
@@ -2011,14 +2046,17 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
         const std::vector<Sent> t0 = on.jump_ms(ms);
         const std::vector<Sent> t1 = off.jump_ms(ms);
         const std::vector<Sent> t2 = fast.jump_ms(ms);
+        const std::vector<Sent> t3 = fast_base.jump_ms(ms);
         ASSERT_EQ(t0.size(), t1.size());
         ASSERT_EQ(t2.size(), t1.size());
+        ASSERT_EQ(t3.size(), t1.size());
         for (size_t i = 0; i < t0.size(); ++i) {
           ASSERT_EQ(t0[i].bytes, t1[i].bytes);
           ASSERT_EQ(t2[i].bytes, t1[i].bytes);
+          ASSERT_EQ(t3[i].bytes, t1[i].bytes);
         }
       }
-      for (Bench* b : {&on, &fast}) {
+      for (Bench* b : {&on, &fast, &fast_base}) {
         ASSERT_EQ(b->lcore->flow_state(tuple_of(c)), off.lcore->flow_state(tuple_of(c)));
         ASSERT_EQ(b->lcore->flows(), off.lcore->flows());
         ASSERT_EQ(b->lcore->lingering_flows(), off.lcore->lingering_flows());
@@ -2027,6 +2065,7 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
     const engine::LcoreCounters& a = on.lcore->counters();
     const engine::LcoreCounters& g = off.lcore->counters();
     const engine::LcoreCounters& f = fast.lcore->counters();
+    const engine::LcoreCounters& fb = fast_base.lcore->counters();
     EXPECT_GT(a.established_path, 0u);
     EXPECT_LE(a.established_path,
               a.c2o_packets + a.o2c_packets + a.ack_storm_drops + a.removed_range);
@@ -2035,8 +2074,13 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
     EXPECT_GT(f.fast_path, 0u);
     EXPECT_EQ(f.fast_path, fast.fast_taken);
     EXPECT_LE(f.fast_path, f.established_path);
-    for (const engine::LcoreCounters* x : {&a, &f}) {
-      SCOPED_TRACE(x == &a ? "established-flow path" : "fast path");
+    EXPECT_EQ(fb.fast_path, f.fast_path);
+    EXPECT_EQ(fb.fast_path, fast_base.fast_taken);
+    EXPECT_FALSE(fast_base.lcore->fast_path_v3());
+    for (const engine::LcoreCounters* x : {&a, &f, &fb}) {
+      SCOPED_TRACE(x == &a   ? "established-flow path"
+                   : x == &f ? "fast path"
+                             : "fast path, baseline");
       EXPECT_EQ(x->c2o_packets, g.c2o_packets);
       EXPECT_EQ(x->o2c_packets, g.o2c_packets);
       EXPECT_EQ(x->c2o_bytes, g.c2o_bytes);
@@ -2060,6 +2104,8 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
 // that did not among them.
 TEST(EstablishedPath, TranslationsThatWrapPast2To32GiveTheGeneralPathsBytes) {
   engine::LcoreConfig fast_config = default_config();
+  engine::LcoreConfig baseline_config = default_config();
+  baseline_config.fast_path_v3 = false;
   engine::LcoreConfig general_config = default_config();
   general_config.established_path = false;
   const uint32_t isns[] = {0xffffff80u, 0xfffff000u, 0x00000040u, 0x80000000u};
@@ -2074,6 +2120,7 @@ TEST(EstablishedPath, TranslationsThatWrapPast2To32GiveTheGeneralPathsBytes) {
                      std::to_string(owner_isn) + ", clock " + std::to_string(clock));
         Bench general(general_config);
         Bench fast(fast_config);
+        Bench fast_base(baseline_config);
         Endpoint fresh = make_client(src_port++, client_isn);
         fresh.ts_value = clock;
         OwnerSide side;
@@ -2081,7 +2128,7 @@ TEST(EstablishedPath, TranslationsThatWrapPast2To32GiveTheGeneralPathsBytes) {
         side.ts_value = clock + 0x100;
         Endpoint c;
         Endpoint o;
-        for (Bench* b : {&general, &fast}) {
+        for (Bench* b : {&general, &fast, &fast_base}) {
           b->lcore->add_neighbor(kOwnerIp, kOwnerMac);
           Endpoint copy = fresh;
           const Spliced r = splice_session(*b->lcore, b->pool, copy, b->now_ns, side);
@@ -2097,12 +2144,15 @@ TEST(EstablishedPath, TranslationsThatWrapPast2To32GiveTheGeneralPathsBytes) {
           const std::vector<uint8_t> in = payload.empty() ? e.segment(net::kAck) : e.data(payload);
           e.ts_value += 0x20;
           const std::vector<Sent> want = general.deliver(in, e.port_id);
-          const std::vector<Sent> got = fast.deliver_as_driver({fast.pool.frame(in, e.port_id)});
-          ASSERT_EQ(got.size(), want.size()) << "step " << step;
-          for (size_t i = 0; i < got.size(); ++i) {
-            ASSERT_EQ(got[i].port, want[i].port) << "step " << step;
-            ASSERT_EQ(got[i].bytes, want[i].bytes) << "step " << step;
-            ASSERT_EQ(got[i].parsed, net::Reason::kOk) << "step " << step;  // checksums verify
+          for (Bench* b : {&fast, &fast_base}) {
+            SCOPED_TRACE(b == &fast ? "fast path" : "fast path, baseline");
+            const std::vector<Sent> got = b->deliver_as_driver({b->pool.frame(in, e.port_id)});
+            ASSERT_EQ(got.size(), want.size()) << "step " << step;
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_EQ(got[i].port, want[i].port) << "step " << step;
+              ASSERT_EQ(got[i].bytes, want[i].bytes) << "step " << step;
+              ASSERT_EQ(got[i].parsed, net::Reason::kOk) << "step " << step;  // checksums verify
+            }
           }
           for (const Sent& s : want) {
             if (s.p.dst_ip == c.ip && s.p.dst_port == c.tcp_port) c.receive(s);
@@ -2129,6 +2179,7 @@ TEST(EstablishedPath, TranslationsThatWrapPast2To32GiveTheGeneralPathsBytes) {
           }
         }
         EXPECT_GT(fast.lcore->counters().fast_path, 10u);
+        EXPECT_EQ(fast_base.lcore->counters().fast_path, fast.lcore->counters().fast_path);
       }
     }
   }

@@ -78,6 +78,11 @@ struct LcoreConfig {
   // (Lcore::splice_established). Off only in tests and benchmarks that compare the two paths,
   // whose output must be the same; not a TOML setting.
   bool established_path = true;
+  // On x86-64 the fast path's loop (Lcore::fast) is built twice: for the engine's baseline
+  // (SSE4.2) and for x86-64-v3 (AVX2, BMI1/2, MOVBE, FMA, F16C, LZCNT), which an lcore runs when
+  // the CPU has it (Lcore::fast_path_v3). Off, the baseline everywhere: tests that check both
+  // builds send the same frames; not a TOML setting.
+  bool fast_path_v3 = true;
 
   std::array<uint8_t, 16> cookie_key{};
   uint64_t flow_hash_key = 0;  // the flow table's hash secret (flow::tuple_hash)

@@ -101,6 +101,9 @@ class Lcore final : public BurstHandler {
   bool has_fast_path() const override { return config_.established_path; }
   size_t fast(uint16_t port, std::span<RxBuffer* const> rx, FastRun* runs,
               uint64_t now_ns) override;
+  // Whether fast() runs the x86-64-v3 build of its loop (LcoreConfig::fast_path_v3 and the
+  // CPU's features; false on other architectures).
+  bool fast_path_v3() const { return fast_v3_; }
 
   const LcoreCounters& counters() const { return counters_; }
   uint32_t flows() const { return flows_in_use_; }
@@ -247,6 +250,14 @@ class Lcore final : public BurstHandler {
   bool ack_storm(Leg& leg, const net::Packet& p);
   // fast_path.cc: fast_checks_ and fast_macs_ from the config.
   void prepare_fast_checks();
+  // fast()'s work, inlined into one function per instruction set: fast_baseline() and, on
+  // x86-64, fast_x86_64_v3() (compiled for x86-64-v3; run only when fast_v3_).
+  [[gnu::always_inline]] inline size_t fast_frames(uint16_t port, std::span<RxBuffer* const> rx,
+                                                   FastRun* runs, uint64_t now_ns);
+  size_t fast_baseline(uint16_t port, std::span<RxBuffer* const> rx, FastRun* runs,
+                       uint64_t now_ns);
+  size_t fast_x86_64_v3(uint16_t port, std::span<RxBuffer* const> rx, FastRun* runs,
+                        uint64_t now_ns);
   // Fills fl's FastRewrites (on entering kSpliced).
   void prepare_fast(Flow& fl);
   // The port the client's frames arrive on and its frames leave by; keeps the fast path's MACs
@@ -312,6 +323,7 @@ class Lcore final : public BurstHandler {
     bool from_client = false;
   };
   FastKey fast_key_;
+  bool fast_v3_ = false;  // fast() runs fast_x86_64_v3()
 
   net::MacAddr kernel_mac_;  // the TAP's kernel side, learnt from its frames
   bool kernel_mac_known_ = false;
