@@ -33,7 +33,7 @@ using dpdk::port::Port;
 constexpr uint32_t kBatch = 4096;
 constexpr uint32_t kPoolMbufs = 2 * kBatch - 1;
 constexpr uint32_t kPoolCache = 256;
-constexpr uint16_t kBurst = LcoreLoop::kBurstMax;
+static_assert(ForwardOptions::kBurstMax >= LcoreLoop::kBurstMax);
 
 int next_rig = 0;
 
@@ -266,7 +266,8 @@ ForwardResult ethdev_loop(ForwardRig& rig, std::span<const uint8_t> template_fra
   uint64_t cycles = 0;
   uint64_t received = 0;
   uint64_t sent = 0;
-  rte_mbuf* mbufs[kBurst];
+  rte_mbuf* mbufs[ForwardOptions::kBurstMax];
+  const uint16_t burst = std::min(options.ethdev_burst, ForwardOptions::kBurstMax);
   while (received < options.packets && !clock.expired(options.seconds_max)) {
     const auto count =
         static_cast<uint32_t>(std::min<uint64_t>(kBatch, options.packets - received));
@@ -274,7 +275,7 @@ ForwardResult ethdev_loop(ForwardRig& rig, std::span<const uint8_t> template_fra
     const uint64_t target = received + count;
     const uint64_t t0 = rte_rdtsc();
     while (received < target) {
-      const uint16_t n = rte_eth_rx_burst(rx_port, 0, mbufs, kBurst);
+      const uint16_t n = rte_eth_rx_burst(rx_port, 0, mbufs, burst);
       if (n == 0) break;
       received += n;
       on_burst(mbufs, n, t0);

@@ -24,6 +24,10 @@ namespace sluice::bench {
 struct ForwardOptions {
   uint64_t packets = 20'000'000;  // per run
   double seconds_max = 10.0;      // wall-clock bound on a run, filling the ring included
+  // Mbufs per rx_burst of the bare ethdev loops (run_ethdev_forward, run_bare_rewrite), at most
+  // kBurstMax; port::LcoreLoop always asks for its own kBurstMax.
+  uint16_t ethdev_burst = kBurstMax;
+  static constexpr uint16_t kBurstMax = 64;
 };
 
 struct ForwardResult {

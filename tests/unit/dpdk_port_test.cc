@@ -378,16 +378,17 @@ TEST_F(DpdkPortTest, LoopMovesFramesToTheOtherPort) {
   Port* const tx[] = {a_->port.get(), b_->port.get()};
   LcoreLoop loop(rx, tx, 0, echo);
 
-  inject(*a_, 40);  // more than one burst
+  constexpr uint32_t kFromA = LcoreLoop::kBurstMax + 8;  // more than one burst
+  inject(*a_, kFromA);
   inject(*b_, 5, 100);
   uint32_t received = 0;
   for (int i = 0; i < 4; ++i)
     received += loop.run_once();
-  EXPECT_EQ(received, 45u);
+  EXPECT_EQ(received, kFromA + 5);
 
   std::vector<rte_mbuf*> out_b = drain_tx(*b_);
   std::vector<rte_mbuf*> out_a = drain_tx(*a_);
-  ASSERT_EQ(out_b.size(), 40u);
+  ASSERT_EQ(out_b.size(), kFromA);
   ASSERT_EQ(out_a.size(), 5u);
   for (size_t i = 0; i < out_b.size(); ++i) {
     EXPECT_EQ(rte_pktmbuf_mtod(out_b[i], uint8_t*)[0], i) << "order kept";
@@ -399,20 +400,20 @@ TEST_F(DpdkPortTest, LoopMovesFramesToTheOtherPort) {
   free_all(out_b);
 
   const LoopCounters& c = loop.counters();
-  EXPECT_EQ(c.rx, 45u);
-  EXPECT_EQ(c.tx, 45u);
+  EXPECT_EQ(c.rx, kFromA + 5);
+  EXPECT_EQ(c.tx, kFromA + 5);
   EXPECT_EQ(c.tx_dropped, 0u);
   EXPECT_EQ(c.tx_unknown_port, 0u);
   EXPECT_EQ(c.rx_multiseg_dropped, 0u);
   EXPECT_EQ(c.loops, 4u);
-  EXPECT_EQ(c.idle_loops, 2u);  // 40 + 5 frames: bursts of 32, then 8, then nothing
+  EXPECT_EQ(c.idle_loops, 2u);  // a full burst and 8 + 5 frames, then nothing
 
   const PortStats sa = a_->port->stats();
   const PortStats sb = b_->port->stats();
-  EXPECT_EQ(sa.ipackets, 40u);
+  EXPECT_EQ(sa.ipackets, kFromA);
   EXPECT_EQ(sa.opackets, 5u);
   EXPECT_EQ(sb.ipackets, 5u);
-  EXPECT_EQ(sb.opackets, 40u);
+  EXPECT_EQ(sb.opackets, kFromA);
 }
 
 TEST_F(DpdkPortTest, LoopCountsAndFreesWhatAFullPortDoesNotTake) {
