@@ -378,14 +378,20 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
   Words2 run_expect[3];
   std::memcpy(run_expect, run.expect, sizeof run_expect);
   RunFrame h = frame_view(run);
+  const size_t ahead = rx.size() > 8 ? rx.size() - 8 : 0;
   size_t i = 0;
   for (; i < rx.size(); ++i) {
     const RxBuffer* const b = rx[i];
     // Lines ahead of their turn, as a frame's are rarely in the cache when the loop reaches
     // it: the buffer 8 frames on (where its data lies) for reading, the headers of the frame
-    // 4 on for writing. Both fetches overlap this frame's work.
-    if (i + 8 < rx.size()) __builtin_prefetch(rx[i + 8], 0);
-    if (i + 4 < rx.size()) __builtin_prefetch(rx_data(rx[i + 4]), 1);
+    // 4 on for writing. Both fetches overlap this frame's work. One test (`ahead`) for the
+    // frames that have both, which are most of a burst.
+    if (i < ahead) [[likely]] {
+      __builtin_prefetch(rx[i + 8], 0);
+      __builtin_prefetch(rx_data(rx[i + 4]), 1);
+    } else if (i + 4 < rx.size()) {
+      __builtin_prefetch(rx_data(rx[i + 4]), 1);
+    }
     uint8_t* const d = rx_data(b);
     const uint32_t len = rx_len(b);
     // At least kHeaders: the words below are in the frame. A buffer of several segments
@@ -429,25 +435,29 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
     if (total < h.headers || len - kL3 < total) break;
     const uint32_t payload = total - h.headers;
     if (!h.plain && h.options && load32(t + net::kTcpBytes) != kTimestampOptionWire) break;
-    // The IPv4 header's sum: the run's addresses and the rest of the header as three 32-bit
-    // words (the first two from one 64-bit load), added in 64 bits, so that no carry is lost;
-    // each part lies at an even offset in the header, so the sum is that of its 16-bit words
-    // modulo 0xffff. It folds to all ones exactly when it is a multiple of 0xffff other than 0
-    // (net::checksum_fold), and it is never 0: the version byte (0x45, under the run's mask)
-    // is in it. The multiple is tested by a multiplication, with no fold.
-    uint64_t ip_head;  // bytes 0-7: version to fragment offset, as two 32-bit words
+    // The IPv4 header's sum: the run's addresses, bytes 0-7 as one 64-bit number and bytes
+    // 8-11 as a 32-bit one, added in 64 bits. Each part lies at an even offset in the header,
+    // and 2^16 and 2^32 are 1 modulo 0xffff, so the sum is that of the header's 16-bit words
+    // modulo 0xffff. On a little-endian machine bytes 0-7 as a number are below 2^56 (byte 7,
+    // the fragment offset's low byte, is 0 under the run's mask), so no carry is lost;
+    // elsewhere they are taken as two 32-bit words. The sum folds to all ones exactly when it
+    // is a multiple of 0xffff other than 0 (net::checksum_fold), and it is never 0: the version
+    // byte (0x45, under the run's mask) is in it. The multiple is tested by a multiplication,
+    // with no fold.
+    uint64_t ip_head;  // bytes 0-7: version to fragment offset
     std::memcpy(&ip_head, ip, sizeof ip_head);
-    const uint32_t ip_tail = load32(ip + 8);  // TTL, protocol, checksum
-    if (((ip_head & 0xffffffffu) + (ip_head >> 32) + ip_tail + h.ip_addresses) % kOnes != 0) {
-      break;
+    if constexpr (std::endian::native != std::endian::little) {
+      ip_head = (ip_head & 0xffffffffu) + (ip_head >> 32);
     }
+    const uint32_t ip_tail = load32(ip + 8);  // TTL, protocol, checksum
+    if ((ip_head + ip_tail + h.ip_addresses) % kOnes != 0) break;
 
     // ack_storm()'s bookkeeping; a pure ACK that repeats the last one is left to it.
-    const uint32_t ack_wire = load32(t + 8);
+    const uint32_t ack_host = host32(load32(t + 8));
     if (payload == 0) {
       const uint8_t flags = t[13];
       if ((flags & ~(net::kAck | net::kPsh | net::kEce | net::kCwr)) == 0) {
-        const uint32_t ack = host32(ack_wire);
+        const uint32_t ack = ack_host;
         const uint16_t window = host16(load16(t + 14));
         Leg& in = *h.in;
         if (ack == in.last_ack && window == in.last_window) break;
@@ -467,7 +477,7 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
     uint32_t seq;
     const bool seq_carry = __builtin_add_overflow(host32(load32(t + 4)), h.seq_base, &seq);
     uint32_t ack;
-    const bool ack_borrow = __builtin_sub_overflow(host32(ack_wire), h.ack_base, &ack);
+    const bool ack_borrow = __builtin_sub_overflow(ack_host, h.ack_base, &ack);
     const uint32_t new_seq_wire = host32(seq);
     const uint32_t new_ack_wire = host32(ack);
     std::memcpy(t + 4, &new_seq_wire, 4);
@@ -496,10 +506,11 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
         std::memcpy(t + 14, &new_window_wire, 2);
       }
     }
-    const uint16_t ip_check_wire =
-        std::endian::native == std::endian::little ? uint16_t(ip_tail >> 16) : uint16_t(ip_tail);
-    const uint16_t ip_check =
-        uint16_t(~net::checksum_fold32(uint32_t(uint16_t(~ip_check_wire)) + rw.ip_sum));
+    // ~checksum, from the word read above (the checksum is its upper half as it lies in a
+    // little-endian word, its lower half in a big-endian one).
+    const uint32_t ip_check_inverse =
+        std::endian::native == std::endian::little ? ~ip_tail >> 16 : uint16_t(~ip_tail);
+    const uint16_t ip_check = uint16_t(~net::checksum_fold32(ip_check_inverse + rw.ip_sum));
     std::memcpy(ip + 10, &ip_check, 2);
     const uint16_t tcp_check = host16(uint16_t(~net::checksum_fold32(tcp_sum)));
     std::memcpy(t + 16, &tcp_check, 2);
