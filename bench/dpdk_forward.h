@@ -115,7 +115,8 @@ class FastForward final : public dpdk::engine::BurstHandler {
 };
 
 // Forwards options.packets copies of `template_frame` through `handler` on the calling lcore
-// (port::LcoreLoop, bursts of 32). Only the loop is timed (rte_rdtsc around each batch).
+// (port::LcoreLoop, in its bursts of LcoreLoop::kBurstMax). Only the loop is timed (rte_rdtsc
+// around each batch).
 ForwardResult run_forward(ForwardRig& rig, dpdk::engine::BurstHandler& handler,
                           std::span<const uint8_t> template_frame,
                           const ForwardOptions& options = {});

@@ -472,9 +472,10 @@ int main(int argc, char** argv) {
           free_huge, kHugePagesNeeded);
     }
     std::printf(
-        "dpdk_forward: I/O forwarding, 1 lcore, net_ring rx -> net_null tx, bursts of 32, "
+        "dpdk_forward: I/O forwarding, 1 lcore, net_ring rx -> net_null tx, bursts of %u, "
         "%llu packets per run (at most %.0f s)\n",
-        static_cast<unsigned long long>(options.packets), options.seconds_max);
+        unsigned(options.ethdev_burst), static_cast<unsigned long long>(options.packets),
+        options.seconds_max);
     for (const size_t bytes : kFrameSizes) {
       const std::vector<uint8_t> frame = bench::tcp_template(bytes);
       if (frame.empty()) {
