@@ -1726,12 +1726,40 @@ TEST_P(FastPath, TheLcoreListsItsSessionsWithTheBytesSplicedEachWay) {
   while (!b().lcore->list_flows(listing, 1)) {
   }
   ASSERT_EQ(listing.found.size(), 2u);
+  const auto first = std::find_if(listing.found.begin(), listing.found.end(),
+                                  [](const auto& f) { return f.first == 1u; });
+  ASSERT_NE(first, listing.found.end());
+  const uint32_t first_entry = first->second;
   b().deliver(c.segment(net::kRst | net::kAck), 0);
   ASSERT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kLinger);
   const std::vector<engine::Lcore::FlowView> after = b().lcore->flow_views(listing, 10);
   ASSERT_EQ(after.size(), 1u);
   EXPECT_EQ(after[0].id, 2u);
   EXPECT_EQ(list_sessions(*b().lcore).size(), 1u);
+
+  // Its linger over, the first flow's entry goes to the next flow, which is in the prelude:
+  // it has no destination, not the one the entry's last flow bound to.
+  b().jump_ms(2'100);
+  ASSERT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kFree);
+  Endpoint again = make_client(40003, 0x30000000);
+  const Sent again_syn_ack = only(b().deliver(again.segment(net::kSyn), 0));
+  again.snd_nxt = again.isn + 1;
+  again.receive(again_syn_ack);
+  b().deliver(again.segment(net::kAck), 0);
+  engine::Lcore::FlowListing relisted;
+  while (!b().lcore->list_flows(relisted, 3)) {
+  }
+  const auto third = std::find_if(relisted.found.begin(), relisted.found.end(),
+                                  [](const auto& f) { return f.first == 3u; });
+  ASSERT_NE(third, relisted.found.end());
+  ASSERT_EQ(third->second, first_entry);
+  const std::vector<engine::Lcore::FlowView> reused = b().lcore->flow_views(relisted, 10);
+  const auto view = std::find_if(reused.begin(), reused.end(),
+                                 [](const engine::Lcore::FlowView& w) { return w.id == 3u; });
+  ASSERT_NE(view, reused.end());
+  EXPECT_EQ(view->state, FlowState::kPrelude);
+  EXPECT_TRUE(view->vhost.empty());
+  EXPECT_TRUE(view->queue.empty());
 }
 
 // The fast path keeps the flow and direction of the frames it takes, within a burst and

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "dataplane/dpdk/flow/tuple_map.h"
 #include "dataplane/dpdk/net/packet.h"
@@ -128,12 +129,21 @@ struct Flow {
   FastRewrite o2c_fast;  // owner -> client
 
   // What the admin API lists of the flow (Lcore::flow_views), past what the paths read: its
-  // number and start, set when it is created; the destination, when it binds; the payload
-  // bytes spliced each way, [0] owner -> client and [1] client -> owner (the prelude's bytes,
-  // which reach the owner in the replay, are not in them).
+  // number and start, set when it is created; the payload bytes spliced each way, [0] owner ->
+  // client and [1] client -> owner (the prelude's bytes, which reach the owner in the replay,
+  // are not in them). Its destination is kept beside the table (FlowDestination), so that a
+  // Flow stays plain data that a Flow{} clears in one go.
   uint64_t id = 0;
   uint64_t created_ms = 0;
   uint64_t spliced_bytes[2] = {0, 0};
+};
+
+static_assert(std::is_trivially_copyable_v<Flow>);
+
+// The destination of the flow with id `flow_id`, set when it binds (Lcore::bind). An entry
+// whose id is not its flow's is from an earlier flow of that entry: the flow has not bound.
+struct FlowDestination {
+  uint64_t flow_id = 0;
   std::string vhost;
   std::string queue;
 };

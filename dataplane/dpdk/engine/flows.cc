@@ -102,8 +102,11 @@ std::vector<Lcore::FlowView> Lcore::flow_views(FlowListing& listing, size_t limi
     v.state = fl.state;
     v.node = fl.node;
     v.to_spill = fl.to_spill;
-    v.vhost = fl.vhost;
-    v.queue = fl.queue;
+    const detail::FlowDestination& destination = destinations_[found[k].second];
+    if (destination.flow_id == fl.id) {
+      v.vhost = destination.vhost;
+      v.queue = destination.queue;
+    }
     v.bytes_in = fl.spliced_bytes[1];
     v.bytes_out = fl.spliced_bytes[0];
     v.age_ms = now_ms_ - std::min(now_ms_, fl.created_ms);

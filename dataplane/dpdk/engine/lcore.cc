@@ -76,6 +76,7 @@ Lcore::Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_
       now_ns_(now_ns),
       now_ms_(now_ns / kTickNs),
       flows_(config.flows_max),
+      destinations_(config.flows_max),
       tuples_(config.flows_max * 2, config.flow_hash_key),
       timers_(config.flows_max, kTickNs, kWheelSlots, now_ns),
       neighbors_(config.neighbors_max) {

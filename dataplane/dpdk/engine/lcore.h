@@ -275,6 +275,7 @@ class Lcore final : public BurstHandler {
   uint64_t now_ms_ = 0;
 
   std::vector<Flow> flows_;
+  std::vector<detail::FlowDestination> destinations_;  // by flow index, as flows_
   uint32_t free_head_ = detail::kNoSlot;
   uint32_t flows_in_use_ = 0;
   flow::TupleMap tuples_;

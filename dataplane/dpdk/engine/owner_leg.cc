@@ -28,8 +28,10 @@ void Lcore::bind(Flow& fl) {
     return;
   }
   const session::QueueKey key = s.prelude->key();
-  fl.vhost.assign(key.vhost);
-  fl.queue.assign(key.queue);
+  detail::FlowDestination& destination = destinations_[index_of(fl)];
+  destination.flow_id = fl.id;
+  destination.vhost.assign(key.vhost);  // the strings keep their capacity from flow to flow
+  destination.queue.assign(key.queue);
   const session::BindPlan plan = s.prelude->take_bind_plan();
   const uint32_t connect_bytes = uint32_t(plan.connect.size());
   const uint32_t connect_end = connect_bytes + plan.connect_bytes_removed;
