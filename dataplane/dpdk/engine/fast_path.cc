@@ -76,6 +76,40 @@ inline bool any(Words2 v) {
   return (v[0] | v[1]) != 0;
 #endif
 }
+// True when the words differ from `expect` under `mask`: PTEST does the AND.
+inline bool differs(Words2 v, Words2 expect, Words2 mask) {
+#ifdef __SSE4_1__
+  return _mm_testz_si128(__m128i(v ^ expect), __m128i(mask)) == 0;
+#else
+  return any((v ^ expect) & mask);
+#endif
+}
+
+// A frame's first 16 bytes with its MAC addresses (bytes 0-11) replaced by the rewrite's: one
+// store, bytes 12-15 (the type, IPv4's version and TOS) from `first`, the frame's words as the
+// checks loaded them. FastRewrite begins with its MACs.
+inline void store_macs(uint8_t* d, Words2 first, const detail::FastRewrite& rw) {
+#ifdef __SSE4_1__
+  const __m128i macs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&rw));  // and 4 bytes more
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_blend_epi16(__m128i(first), macs, 0x3f));
+#else
+  (void)first;
+  std::memcpy(d, rw.macs, 12);
+#endif
+}
+
+// Bytes 26-41 of a frame, the IPv4 addresses, the ports and the sequence number, as one store
+// (FastRewrite keeps its addresses and ports in that order, then 4 bytes more).
+inline void store_tuple_seq(uint8_t* at, const detail::FastRewrite& rw, uint32_t seq_wire) {
+#ifdef __SSE4_1__
+  const __m128i tuple = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&rw.addresses));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm_insert_epi32(tuple, int(seq_wire), 3));
+#else
+  std::memcpy(at, &rw.addresses, 8);
+  std::memcpy(at + 8, &rw.ports, 4);
+  std::memcpy(at + 12, &seq_wire, 4);
+#endif
+}
 
 // ~old + new over a 32-bit field, both as they lie in memory.
 inline uint64_t change32(uint32_t old_wire, uint32_t new_wire) {
@@ -398,8 +432,8 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
     // (which the driver's general path refuses) is left to it.
     if (len < kHeaders || rx_segments(b) != 1) break;
     const Words2 v[3] = {load_words2(d), load_words2(d + 16), load_words2(d + 32)};
-    if (any(((v[0] ^ run_expect[0]) & run_mask[0]) | ((v[1] ^ run_expect[1]) & run_mask[1]) |
-            ((v[2] ^ run_expect[2]) & run_mask[2]))) [[unlikely]] {
+    if (differs(v[0], run_expect[0], run_mask[0]) || differs(v[1], run_expect[1], run_mask[1]) ||
+        differs(v[2], run_expect[2], run_mask[2])) [[unlikely]] {
       // Another flow, or no frame for the fast path. net::parse_established()'s checks of
       // the fixed fields, on the bytes as they lie, then the flow's lookup.
       end_run(i);
@@ -471,16 +505,14 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
     // less the sequence number's carry and plus the acknowledgment number's borrow, over
     // host-order numbers (kOnes).
     const detail::FastRewrite& rw = *h.rw;
-    std::memcpy(d, rw.macs, 12);
-    std::memcpy(ip + 12, &rw.addresses, 8);
-    std::memcpy(t, &rw.ports, 4);
+    store_macs(d, v[0], rw);
     uint32_t seq;
     const bool seq_carry = __builtin_add_overflow(host32(load32(t + 4)), h.seq_base, &seq);
     uint32_t ack;
     const bool ack_borrow = __builtin_sub_overflow(ack_host, h.ack_base, &ack);
     const uint32_t new_seq_wire = host32(seq);
     const uint32_t new_ack_wire = host32(ack);
-    std::memcpy(t + 4, &new_seq_wire, 4);
+    store_tuple_seq(ip + 12, rw, new_seq_wire);
     std::memcpy(t + 8, &new_ack_wire, 4);
     uint32_t tcp_sum = (kOnes - host16(load16(t + 16))) + h.tcp_change + uint32_t(ack_borrow) -
                        uint32_t(seq_carry);
@@ -507,10 +539,13 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
       }
     }
     // ~checksum, from the word read above (the checksum is its upper half as it lies in a
-    // little-endian word, its lower half in a big-endian one).
-    const uint32_t ip_check_inverse =
-        std::endian::native == std::endian::little ? ~ip_tail >> 16 : uint16_t(~ip_tail);
-    const uint16_t ip_check = uint16_t(~net::checksum_fold32(ip_check_inverse + rw.ip_sum));
+    // little-endian word, its lower half in a big-endian one), plus the run's change, folded:
+    // two 16-bit numbers, so one end-around carry is the whole fold (checksum_fold32).
+    const uint16_t ip_check_inverse =
+        std::endian::native == std::endian::little ? uint16_t(~ip_tail >> 16) : uint16_t(~ip_tail);
+    uint16_t ip_sum;
+    const bool ip_carry = __builtin_add_overflow(ip_check_inverse, rw.ip_sum, &ip_sum);
+    const uint16_t ip_check = uint16_t(~(ip_sum + ip_carry));
     std::memcpy(ip + 10, &ip_check, 2);
     const uint16_t tcp_check = host16(uint16_t(~net::checksum_fold32(tcp_sum)));
     std::memcpy(t + 16, &tcp_check, 2);

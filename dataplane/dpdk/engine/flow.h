@@ -3,6 +3,7 @@
 // sequence maps of the splice.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -57,12 +58,14 @@ struct FastRewrite {
   uint8_t macs[12] = {};  // destination then source MAC
   uint16_t port = 0;
   uint16_t ip_sum = 0;  // the addresses' part: the IPv4 header checksum's whole change, folded
-  uint32_t ports = 0;   // source then destination port
+  // The fast path loads the MACs as 16 bytes (fast_path.cc: store_macs), and these two with
+  // ts_delta, storing them with the new sequence number in its place (store_tuple_seq).
+  uint64_t addresses = 0;  // source then destination address
+  uint32_t ports = 0;      // source then destination port
   // Timestamps: ts_at 0 leaves them (the owner leg does not use them), else the offset in the
   // TCP header of the one value that moves (TSecr towards the owner, TSval towards the
   // client), and ts_delta what is added to it.
   uint32_t ts_delta = 0;
-  uint64_t addresses = 0;  // source then destination address
   // The addresses' and ports' part of the TCP checksum's change, over host-order numbers and
   // modulo 0xffff (fast_path.cc).
   uint64_t tcp_sum = 0;
@@ -72,6 +75,9 @@ struct FastRewrite {
   uint8_t window_to = 0;
 };
 static_assert(sizeof(FastRewrite) == 48);
+static_assert(offsetof(FastRewrite, macs) == 0 &&
+              offsetof(FastRewrite, ports) == offsetof(FastRewrite, addresses) + 8 &&
+              offsetof(FastRewrite, ts_delta) == offsetof(FastRewrite, addresses) + 12);
 
 struct Flow {
   FlowState state = FlowState::kFree;
