@@ -2,11 +2,14 @@
 """sluiced's DPDK engine end to end, in network namespaces it creates (DESIGN.md section 7):
 
     C (clients) c0 10.77.1.2 <-> g0 | G: sluiced, DPDK on net_af_packet g0 and g1, net_tap
-    dtap0 (kernel, 10.77.3.1: the spill listener) | g1 <-> n0 10.77.2.10, .11, .12 N (brokers)
+    dtap0 (kernel, 10.77.3.1: the spill listener) | g1 <-> n0, bridged in N with n1 <-> m0 in
+    N2: N (node 1 and the sink) 10.77.2.10 and .12, N2 (node 2) 10.77.2.11
 
-Two clustered RabbitMQ nodes run in N (STOMP on 10.77.2.10:61613 and 10.77.2.11:61613), and for
-the bulk cases a STOMP sink (stomp_sink.py) on 10.77.2.12:61613. Clients are real Linux TCP stacks
-in C (stomp.py, sluice-load, a raw socket) that reach the virtual IP 10.77.1.1:61613.
+Two RabbitMQ nodes, each in its own namespace (node 1 in N, node 2 in N2; STOMP on
+10.77.2.10:61613 and 10.77.2.11:61613), clustered over that link (long node names
+sluice1@10.77.2.10 and sluice2@10.77.2.11, an epmd in each namespace), and for the bulk cases a
+STOMP sink (stomp_sink.py) on 10.77.2.12:61613 in N. Clients are real Linux TCP stacks in C
+(stomp.py, sluice-load, a raw socket) that reach the virtual IP 10.77.1.1:61613.
 
 (a) queues placed by Sluice are created on the chosen node; messages flow both ways (the checks
     of gateway_test.py's case (a));
@@ -35,7 +38,7 @@ legs take the ports of ended, lingering flows (checked: sluice_dpdk_lingering_ev
 
 Usage: dpdk_gateway_test.py SLUICED SLUICECTL SLUICE_LOAD  (as root)
 $SLUICE_DPDK_CASES (e.g. "tl") runs some of the cases only. The RabbitMQ cluster is always a
-private one inside N ($SLUICE_RABBIT_CLUSTER does not apply: its nodes are not in N).
+private one inside N and N2 ($SLUICE_RABBIT_CLUSTER does not apply: its nodes are not there).
 """
 
 import contextlib
@@ -668,7 +671,9 @@ def main():
         try:
             topo.create()
             say(f"namespaces {', '.join(topo.namespaces)}")
-            cluster = private_cluster(nodes=2, timeout_s=CLUSTER_START_S, netns=topo.n,
+            cluster = private_cluster(nodes=2, timeout_s=CLUSTER_START_S,
+                                      node_netns=[topo.n, topo.n2],
+                                      node_addresses=list(Topology.NODE_IPS[:2]),
                                       stomp_addresses=list(NODE_ADDRESSES))
             signal.signal(signal.SIGTERM, on_sigterm)  # again: ours first, see above
             run_ = Run(sluiced, sluicectl, sluice_load, cluster, topo, work)

@@ -76,13 +76,18 @@ def suffix():
 
 
 class Topology:
-    """Client namespace C, gateway namespace G, nodes namespace N:
+    """Client namespace C, gateway namespace G, and a namespace for each broker node, N and
+    N2, on one link:
 
-        C: c0 10.77.1.2/24  <->  g0 (G, no address)
-        N: n0 10.77.2.10,11,12/24  <->  g1 (G, no address); 10.77.3.0/24 via 10.77.2.1
+        C:  c0 10.77.1.2/24  <->  g0 (G, no address)
+        N:  bridge nbr 10.77.2.10,12/24 over n0 and n1; n0 <-> g1 (G, no address)
+        N2: m0 10.77.2.11/24 <-> n1 (N)
+        N and N2: 10.77.3.0/24 via 10.77.2.1
 
-    transmit checksum offload off on every veth end (DPDK's af_packet PMD sends the kernel's
-    partial checksums as they are), lo up everywhere.
+    Node 1 (and the benchmark sink, .12) live in N, node 2 in N2: two hosts with their own
+    MACs behind the gateway's port g1. Transmit checksum offload is off on every veth end and
+    on the bridge (DPDK's af_packet PMD sends the kernel's partial checksums as they are), lo
+    is up everywhere.
     """
 
     CLIENT_IP = "10.77.1.2"
@@ -93,13 +98,14 @@ class Topology:
     def __init__(self, tag=None):
         self.tag = tag or suffix()
         self.c, self.g, self.n = f"slc-{self.tag}", f"slg-{self.tag}", f"sln-{self.tag}"
+        self.n2 = f"slm-{self.tag}"
         self.created = []
         self._lock = threading.Lock()
         self._deleted = False
 
     @property
     def namespaces(self):
-        return (self.c, self.g, self.n)
+        return (self.c, self.g, self.n, self.n2)
 
     def create(self):
         _install_cleanup(self)
@@ -112,18 +118,27 @@ class Topology:
             "netns", self.g)
         run(IP, "link", "add", "n0", "netns", self.n, "type", "veth", "peer", "name", "g1",
             "netns", self.g)
-        for ns, dev in ((self.c, "c0"), (self.g, "g0"), (self.n, "n0"), (self.g, "g1")):
+        run(IP, "link", "add", "n1", "netns", self.n, "type", "veth", "peer", "name", "m0",
+            "netns", self.n2)
+        run(IP, "link", "add", "nbr", "type", "bridge", ns=self.n)
+        for dev in ("n0", "n1"):
+            run(IP, "link", "set", dev, "master", "nbr", ns=self.n)
+        for ns, dev in ((self.c, "c0"), (self.g, "g0"), (self.n, "n0"), (self.g, "g1"),
+                        (self.n, "n1"), (self.n2, "m0"), (self.n, "nbr")):
             run(ETHTOOL, "-K", dev, "tx", "off", ns=ns)
             run(IP, "link", "set", dev, "up", ns=ns)
         run(IP, "addr", "add", f"{self.CLIENT_IP}/24", "dev", "c0", ns=self.c)
-        for a in self.NODE_IPS:
-            run(IP, "addr", "add", f"{a}/24", "dev", "n0", ns=self.n)
+        for a in (self.NODE_IPS[0], self.NODE_IPS[2]):
+            run(IP, "addr", "add", f"{a}/24", "dev", "nbr", ns=self.n)
+        run(IP, "addr", "add", f"{self.NODE_IPS[1]}/24", "dev", "m0", ns=self.n2)
         # Replies to the gateway's kernel (health probes, drainer: from its TAP subnet) go back
         # through the engine's local address.
-        run(IP, "route", "add", self.TAP_SUBNET, "via", self.ENGINE_LOCAL_IP, ns=self.n)
+        for ns in (self.n, self.n2):
+            run(IP, "route", "add", self.TAP_SUBNET, "via", self.ENGINE_LOCAL_IP, ns=ns)
         # The addresses are usable at once (no duplicate address detection for IPv4), but
         # wait for the links to report carrier so the first packets are not lost.
-        for ns, dev in ((self.c, "c0"), (self.n, "n0")):
+        for ns, dev in ((self.c, "c0"), (self.n, "n0"), (self.n, "n1"), (self.n2, "m0"),
+                        (self.n, "nbr")):
             self.wait_carrier(ns, dev)
         return self
 

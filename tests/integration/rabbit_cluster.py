@@ -26,6 +26,14 @@ How it runs the brokers, and why:
   we also move into the block) and 61613. A flock per block keeps two concurrent starts apart.
 - Every process we spawn carries SLUICE_RABBIT_BASE_DIR=<base_dir> in its environment. That is
   how leftovers of a crashed run are found and ended: by PID, only when the marker matches.
+- A node per network namespace (node_netns, node_addresses; the DPDK engine's integration test):
+  the nodes are named by their addresses (sluice1@10.77.2.10, long names, for rabbitmqctl too),
+  each namespace runs its own epmd on the block's port, listening on loopback and the node's
+  address, and the Erlang distribution listens on the node's address, so that the nodes join
+  over the link between their namespaces. (On loopback only, as in one namespace, the other
+  node could not reach it; an epmd on loopback only stops a node named by an address from
+  booting.) Each node's AMQP, STOMP and HTTP ports stay on its namespace's loopback, reached
+  from there (`ip netns exec`, netns_util.netns).
 """
 
 import argparse
@@ -251,11 +259,19 @@ class RabbitCluster:
 
     def __init__(self, base_dir, nodes=2, base_port=DEFAULT_BASE_PORT, host="localhost",
                  name_prefix="sluice", epmd_port=None, verbose=True, netns=None,
-                 stomp_addresses=None):
+                 stomp_addresses=None, node_netns=None, node_addresses=None):
         """netns: run every node, epmd and rabbitmqctl inside that network namespace (`ip netns
         exec`), and reach their ports from inside it (netns_util.netns). stomp_addresses: per
         node an extra STOMP listener "IP:PORT" (e.g. an address of a veth in netns), besides
-        the loopback one every node has."""
+        the loopback one every node has.
+
+        node_netns and node_addresses (both or neither, instead of netns): each node in its own
+        namespace, named by its address there (long names: sluice1@10.77.2.10), and the nodes
+        clustered over the link between the namespaces. Each namespace gets its own epmd, on
+        the same port and listening on loopback and the node's address; the Erlang
+        distribution listens on the node's address (not on loopback, where the other node
+        cannot reach it). The nodes' AMQP, STOMP and HTTP ports stay on each namespace's
+        loopback (and stomp_addresses)."""
         if not 1 <= int(nodes) <= NODES_MAX:
             raise ValueError(f"nodes must be 1 to {NODES_MAX}, got {nodes}")
         if not 1024 <= int(base_port) <= 65535:
@@ -271,12 +287,20 @@ class RabbitCluster:
             raise ValueError(f"stomp_addresses must name {nodes} addresses, got "
                              f"{stomp_addresses}")
         self.stomp_addresses = list(stomp_addresses) if stomp_addresses else None
+        if (node_netns is None) != (node_addresses is None) or (node_netns and netns):
+            raise ValueError("node_netns and node_addresses go together, and not with netns")
+        for what, v in (("node_netns", node_netns), ("node_addresses", node_addresses)):
+            if v is not None and len(v) != int(nodes):
+                raise ValueError(f"{what} must name {nodes} entries, got {v}")
+        self.node_netns = list(node_netns) if node_netns else None
+        self.node_addresses = list(node_addresses) if node_addresses else None
         self.owned = True  # False when attached to a cluster another process started
         self.boot_s = None  # wall time of the last start(): boot, join and user set-up
         self.node_boot_s = []  # per node: spawn until its AMQP, STOMP and HTTP ports answered
         self.phase_s = {}  # seconds per phase of the last start()
         self._epmd_port_wanted = epmd_port
-        self._epmd = None  # {"port", "pid", "started_by_us"}
+        self._epmd = None  # {"port", "pid", "started_by_us"}; with node_netns, node 0's
+        self._more_epmds = []  # with node_netns: those of the other nodes' namespaces
         self._ctl_ports = None
         self._nodes = None  # list of dicts, see _lay_out()
         self._children = {}  # pid -> Popen, for the processes this object spawned
@@ -368,7 +392,9 @@ class RabbitCluster:
         self._require_ports()
         state = {"format": STATE_FORMAT, "base_dir": self.base_dir, "host": self.host,
                  "name_prefix": self.name_prefix, "base_port": self.base_port,
-                 "epmd": self._epmd, "ctl_dist_ports": list(self._ctl_ports),
+                 "epmd": self._epmd, "more_epmds": self._more_epmds,
+                 "node_netns": self.node_netns, "node_addresses": self.node_addresses,
+                 "ctl_dist_ports": list(self._ctl_ports),
                  "login": LOGIN, "passcode_file": self.passcode_file,
                  "boot_s": self.boot_s, "node_boot_s": self.node_boot_s,
                  "phase_s": self.phase_s, "netns": self.netns,
@@ -395,8 +421,10 @@ class RabbitCluster:
         try:
             c = cls(state["base_dir"], nodes=len(state["nodes"]), base_port=state["base_port"],
                     host=state["host"], name_prefix=state["name_prefix"], verbose=verbose,
-                    netns=state.get("netns"))
+                    netns=state.get("netns"), node_netns=state.get("node_netns"),
+                    node_addresses=state.get("node_addresses"))
             c._epmd = dict(state["epmd"])
+            c._more_epmds = [dict(e) for e in state.get("more_epmds") or []]
             c._ctl_ports = tuple(state["ctl_dist_ports"])
             c._nodes = [dict(n) for n in state["nodes"]]
             c.boot_s = state.get("boot_s")
@@ -493,8 +521,10 @@ class RabbitCluster:
                 tried.append(f"{base} (claimed by a concurrent start)")
                 base += size
                 continue
-            with self.in_netns():
-                busy = [p for p in self._block_ports(base) if not _port_free(p)]
+            busy = []
+            for i in self._namespace_nodes():
+                with self.in_netns(i):
+                    busy += [p for p in self._block_ports(base) if not _port_free(p)]
             if busy:
                 lock.close()
                 tried.append(f"{base} (ports in use: {busy[:4]})")
@@ -520,11 +550,14 @@ class RabbitCluster:
     def _lay_out(self, base):
         epmd_port = base if self._epmd_port_wanted is None else int(self._epmd_port_wanted)
         self._epmd = {"port": epmd_port, "pid": None, "started_by_us": False}
+        self._more_epmds = [{"port": epmd_port, "pid": None, "started_by_us": False, "node": i}
+                            for i in self._namespace_nodes()[1:]]
         self._ctl_ports = (base + 1, base + CTL_DIST_PORTS)
         self._nodes = []
         for i in range(self.node_count):
             first = base + PORTS_PER_NODE * (i + 1)
-            name = f"{self.name_prefix}{i + 1}@{self.host}"
+            host = self.node_addresses[i] if self.node_addresses else self.host
+            name = f"{self.name_prefix}{i + 1}@{host}"
             node_dir = os.path.join(self.base_dir, f"{self.name_prefix}{i + 1}")
             self._nodes.append({
                 "name": name, "amqp_port": first + AMQP_OFFSET, "stomp_port": first + STOMP_OFFSET,
@@ -533,6 +566,7 @@ class RabbitCluster:
                 "dir": node_dir, "log_file": os.path.join(node_dir, "log", f"{name}.log"),
                 "stdout_file": os.path.join(node_dir, "stdout.log"),
                 "pid_file": os.path.join(node_dir, "rabbitmq.pid"),
+                "address": self.node_addresses[i] if self.node_addresses else None,
                 "wrapper_pid": None, "beam_pid": None})
         self.node_boot_s = [None] * self.node_count
 
@@ -579,6 +613,11 @@ class RabbitCluster:
             "RABBITMQ_CTL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
             "RABBITMQ_CONF_ENV_FILE": self._empty_env_file(),
         })
+        if self.node_addresses:
+            # Names with addresses are long names, for rabbitmqctl too; its own distribution
+            # port need not be on loopback (it only connects out).
+            env["RABBITMQ_USE_LONGNAME"] = "true"
+            env["RABBITMQ_CTL_ERL_ARGS"] = ""
         return env
 
     def ctl_env(self):
@@ -600,37 +639,53 @@ class RabbitCluster:
             "RABBITMQ_ENABLED_PLUGINS_FILE": os.path.join(n["dir"], "enabled_plugins"),
             "RABBITMQ_PID_FILE": n["pid_file"],
             "RABBITMQ_CONF_ENV_FILE": os.path.join(n["dir"], "rabbitmq-env.conf"),
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface "
+                                                   + self._dist_interface(n),
         })
         return env
 
+    def _dist_interface(self, n):
+        """The address the node's Erlang distribution listens on, as an Erlang tuple."""
+        address = n.get("address") or "127.0.0.1"
+        return "{" + address.replace(".", ",") + "}"
+
     def _start_epmd(self, deadline):
-        port = self._epmd["port"]
-        if self._answers(port):
+        self._start_one_epmd(self._epmd, 0, deadline)
+        for e in self._more_epmds:
+            self._start_one_epmd(e, e["node"], deadline)
+
+    def _start_one_epmd(self, epmd, i, deadline):
+        """Starts the epmd of node i's namespace (every node's, without node_netns)."""
+        port = epmd["port"]
+        addresses = "127.0.0.1"
+        if self.node_addresses:
+            addresses += "," + self.node_addresses[i]
+        log = os.path.join(self.base_dir, "epmd.log" if i == 0 else f"epmd{i + 1}.log")
+        if self._answers(port, i=i):
             # Only when the caller asked for a specific epmd_port that already has a daemon.
             self._log(f"using the epmd already listening on {port}; it will be left running")
             return
-        out = open(os.path.join(self.base_dir, "epmd.log"), "w")
+        out = open(log, "w")
         with out:
             child = subprocess.Popen(self._argv([EPMD, "-port", str(port), "-address",
-                                                 "127.0.0.1"]),
+                                                 addresses], i),
                                      env=self._base_env(), stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self._children[child.pid] = child
-        self._epmd.update(pid=child.pid, started_by_us=True)
-        while not self._answers(port):
+        epmd.update(pid=child.pid, started_by_us=True)
+        while not self._answers(port, i=i):
             if child.poll() is not None:
                 raise ClusterError(f"epmd on port {port} exited with status {child.returncode}:\n"
-                                   + _tail(os.path.join(self.base_dir, "epmd.log")))
+                                   + _tail(log))
             if time.monotonic() > deadline:
                 raise ClusterError(f"epmd (pid {child.pid}) did not listen on {port} in time")
             time.sleep(POLL_INTERVAL_S)
 
     def _spawn_nodes(self):
         self._spawned_at = time.monotonic()
-        for n in self._nodes:
+        for i, n in enumerate(self._nodes):
             with open(n["stdout_file"], "w") as out:
-                child = subprocess.Popen(self._argv([RABBITMQ_SERVER]), env=self._node_env(n),
+                child = subprocess.Popen(self._argv([RABBITMQ_SERVER], i), env=self._node_env(n),
                                          cwd=n["dir"],
                                          stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -656,7 +711,7 @@ class RabbitCluster:
                 if child.poll() is not None:
                     raise self._node_failure(i, f"rabbitmq-server exited with status "
                                                 f"{child.returncode} while booting")
-                if n["beam_pid"] and all(self._answers(n[k], 0.5) for k in
+                if n["beam_pid"] and all(self._answers(n[k], 0.5, i) for k in
                                          ("amqp_port", "stomp_port", "mgmt_port")):
                     self.node_boot_s[i] = round(time.monotonic() - self._spawned_at, 1)
                     self._log(f"{n['name']} answers after {self.node_boot_s[i]} s "
@@ -709,7 +764,7 @@ class RabbitCluster:
 
     def _wait_ports(self, i, keys, deadline, when):
         n = self._nodes[i]
-        while not all(self._answers(n[k], 0.5) for k in keys):
+        while not all(self._answers(n[k], 0.5, i) for k in keys):
             if not _pid_alive(n["beam_pid"]):
                 raise self._node_failure(i, f"died {when}")
             if time.monotonic() > deadline:
@@ -748,7 +803,7 @@ class RabbitCluster:
     def ctl(self, i, *args, timeout_s=CTL_TIMEOUT_S, check=True):
         """Runs `rabbitmqctl -n NODE args...` against node i; CompletedProcess (text)."""
         n = self._node(i)
-        cmd = self._argv([RABBITMQCTL, "-n", n["name"], *args])
+        cmd = self._argv([RABBITMQCTL, "-n", n["name"], *args], i)
         try:
             r = subprocess.run(cmd, env=self._base_env(), capture_output=True, text=True,
                                timeout=timeout_s, stdin=subprocess.DEVNULL)
@@ -778,7 +833,7 @@ class RabbitCluster:
         n = self._node(i)
         deadline = time.monotonic() + timeout_s
         self.ctl(i, "stop_app", timeout_s=timeout_s)
-        while self._answers(n["stomp_port"], 0.5):
+        while self._answers(n["stomp_port"], 0.5, i):
             if time.monotonic() > deadline:
                 raise ClusterError(f"STOMP port {n['stomp_port']} of {n['name']} still accepts "
                                    f"connections after stop_app")
@@ -816,7 +871,7 @@ class RabbitCluster:
                 url = self.mgmt_url(i) + path
                 req = urllib.request.Request(url, data=data, method=method, headers=headers)
                 try:
-                    with self.in_netns(), _HTTP.open(req, timeout=HTTP_TIMEOUT_S) as resp:
+                    with self.in_netns(i), _HTTP.open(req, timeout=HTTP_TIMEOUT_S) as resp:
                         status, text = resp.status, resp.read().decode("utf-8", "replace")
                 except urllib.error.HTTPError as e:
                     status, text = e.code, e.read().decode("utf-8", "replace")
@@ -929,12 +984,13 @@ class RabbitCluster:
             t.join()
         for result in results:
             problems += result
-        if self._epmd and self._epmd.get("started_by_us") and self._epmd.get("pid"):
-            pid = self._epmd["pid"]
-            p = _end_pid(pid, self.marker, f"epmd on port {self._epmd['port']}",
-                         self._children.get(pid), term_wait_s=5)
-            if p:
-                problems.append(p)
+        for e in [self._epmd] + self._more_epmds:
+            if e and e.get("started_by_us") and e.get("pid"):
+                pid = e["pid"]
+                p = _end_pid(pid, self.marker, f"epmd on port {e['port']}",
+                             self._children.get(pid), term_wait_s=5)
+                if p:
+                    problems.append(p)
         # Helpers of a node (erl_child_setup, inet_gethost) exit just after its VM: grace first.
         grace_end = time.monotonic() + 3
         while _marked_pids(self.marker) and time.monotonic() < grace_end:
@@ -997,19 +1053,29 @@ class RabbitCluster:
         if self.verbose:
             _say(message)
 
-    def in_netns(self):
-        """A context in which the calling thread's sockets reach the nodes' loopback ports."""
-        if not self.netns:
+    def netns_of(self, i=0):
+        """The network namespace node i runs in (None: this process's)."""
+        return self.node_netns[i] if self.node_netns else self.netns
+
+    def _namespace_nodes(self):
+        """One node index per namespace the nodes run in: [0], or every node with node_netns."""
+        return list(range(self.node_count)) if self.node_netns else [0]
+
+    def in_netns(self, i=0):
+        """A context in which the calling thread's sockets reach node i's loopback ports."""
+        ns = self.netns_of(i)
+        if not ns:
             return contextlib.nullcontext()
         from netns_util import netns  # only needed (and importable) for namespaced clusters
-        return netns(self.netns)
+        return netns(ns)
 
-    def _answers(self, port, timeout_s=1.0):
-        with self.in_netns():
+    def _answers(self, port, timeout_s=1.0, i=0):
+        with self.in_netns(i):
             return _port_answers(port, timeout_s)
 
-    def _argv(self, argv):
-        return ["/usr/sbin/ip", "netns", "exec", self.netns, *argv] if self.netns else argv
+    def _argv(self, argv, i=0):
+        ns = self.netns_of(i)
+        return ["/usr/sbin/ip", "netns", "exec", ns, *argv] if ns else argv
 
 
 class _NotFound(ClusterError):
