@@ -75,7 +75,7 @@ MARKER_ENV = "SLUICE_RABBIT_BASE_DIR"
 OWNER_MARKER_FILE = ".sluice-rabbit-cluster"
 STATE_FILE_NAME = "cluster.json"
 PASSCODE_FILE_NAME = "sluice.passcode"
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: one epmd per namespace ("epmds")
 
 LOGIN = "sluice"
 PLUGINS = ("rabbitmq_stomp", "rabbitmq_management")
@@ -299,8 +299,9 @@ class RabbitCluster:
         self.node_boot_s = []  # per node: spawn until its AMQP, STOMP and HTTP ports answered
         self.phase_s = {}  # seconds per phase of the last start()
         self._epmd_port_wanted = epmd_port
-        self._epmd = None  # {"port", "pid", "started_by_us"}; with node_netns, node 0's
-        self._more_epmds = []  # with node_netns: those of the other nodes' namespaces
+        # One per namespace the nodes run in: {"port", "pid", "started_by_us", "node"} (the
+        # node whose namespace it serves); all on the same port.
+        self._epmds = []
         self._ctl_ports = None
         self._nodes = None  # list of dicts, see _lay_out()
         self._children = {}  # pid -> Popen, for the processes this object spawned
@@ -330,7 +331,7 @@ class RabbitCluster:
     @property
     def epmd_port(self):
         self._require_ports()
-        return self._epmd["port"]
+        return self._epmds[0]["port"]
 
     @property
     def passcode_file(self):
@@ -359,8 +360,8 @@ class RabbitCluster:
         """Human-readable lines: nodes, ports and files (for test output and the CLI)."""
         self._require_ports()
         lines = [f"base_dir {self.base_dir}",
-                 f"epmd 127.0.0.1:{self._epmd['port']} pid {self._epmd['pid']} "
-                 f"(started by us: {self._epmd['started_by_us']})",
+                 *(f"epmd 127.0.0.1:{e['port']} in the namespace of node {e['node']}, pid "
+                   f"{e['pid']} (started by us: {e['started_by_us']})" for e in self._epmds),
                  f"rabbitmqctl distribution ports {self._ctl_ports[0]}-{self._ctl_ports[1]}",
                  f"management login {LOGIN}, passcode file {self.passcode_file}"]
         for i, n in enumerate(self._nodes):
@@ -392,7 +393,7 @@ class RabbitCluster:
         self._require_ports()
         state = {"format": STATE_FORMAT, "base_dir": self.base_dir, "host": self.host,
                  "name_prefix": self.name_prefix, "base_port": self.base_port,
-                 "epmd": self._epmd, "more_epmds": self._more_epmds,
+                 "epmds": self._epmds,
                  "node_netns": self.node_netns, "node_addresses": self.node_addresses,
                  "ctl_dist_ports": list(self._ctl_ports),
                  "login": LOGIN, "passcode_file": self.passcode_file,
@@ -423,8 +424,7 @@ class RabbitCluster:
                     host=state["host"], name_prefix=state["name_prefix"], verbose=verbose,
                     netns=state.get("netns"), node_netns=state.get("node_netns"),
                     node_addresses=state.get("node_addresses"))
-            c._epmd = dict(state["epmd"])
-            c._more_epmds = [dict(e) for e in state.get("more_epmds") or []]
+            c._epmds = [dict(e) for e in state["epmds"]]
             c._ctl_ports = tuple(state["ctl_dist_ports"])
             c._nodes = [dict(n) for n in state["nodes"]]
             c.boot_s = state.get("boot_s")
@@ -549,9 +549,8 @@ class RabbitCluster:
 
     def _lay_out(self, base):
         epmd_port = base if self._epmd_port_wanted is None else int(self._epmd_port_wanted)
-        self._epmd = {"port": epmd_port, "pid": None, "started_by_us": False}
-        self._more_epmds = [{"port": epmd_port, "pid": None, "started_by_us": False, "node": i}
-                            for i in self._namespace_nodes()[1:]]
+        self._epmds = [{"port": epmd_port, "pid": None, "started_by_us": False, "node": i}
+                       for i in self._namespace_nodes()]
         self._ctl_ports = (base + 1, base + CTL_DIST_PORTS)
         self._nodes = []
         for i in range(self.node_count):
@@ -607,7 +606,7 @@ class RabbitCluster:
         env.update({
             "HOME": self._home(),
             MARKER_ENV: self.marker,
-            "ERL_EPMD_PORT": str(self._epmd["port"]),
+            "ERL_EPMD_PORT": str(self._epmds[0]["port"]),
             "RABBITMQ_CTL_DIST_PORT_MIN": str(self._ctl_ports[0]),
             "RABBITMQ_CTL_DIST_PORT_MAX": str(self._ctl_ports[1]),
             "RABBITMQ_CTL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
@@ -650,13 +649,12 @@ class RabbitCluster:
         return "{" + address.replace(".", ",") + "}"
 
     def _start_epmd(self, deadline):
-        self._start_one_epmd(self._epmd, 0, deadline)
-        for e in self._more_epmds:
-            self._start_one_epmd(e, e["node"], deadline)
+        for e in self._epmds:
+            self._start_one_epmd(e, deadline)
 
-    def _start_one_epmd(self, epmd, i, deadline):
-        """Starts the epmd of node i's namespace (every node's, without node_netns)."""
-        port = epmd["port"]
+    def _start_one_epmd(self, epmd, deadline):
+        """Starts the epmd of one namespace (that of node epmd["node"])."""
+        port, i = epmd["port"], epmd["node"]
         addresses = "127.0.0.1"
         if self.node_addresses:
             addresses += "," + self.node_addresses[i]
@@ -984,8 +982,8 @@ class RabbitCluster:
             t.join()
         for result in results:
             problems += result
-        for e in [self._epmd] + self._more_epmds:
-            if e and e.get("started_by_us") and e.get("pid"):
+        for e in self._epmds:
+            if e.get("started_by_us") and e.get("pid"):
                 pid = e["pid"]
                 p = _end_pid(pid, self.marker, f"epmd on port {e['port']}",
                              self._children.get(pid), term_wait_s=5)
