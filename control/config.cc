@@ -41,6 +41,8 @@ constexpr size_t kUnixSocketPathBytesMax = 107;
 // The CONNECTED reply is built in a 1 KiB buffer; 255 leaves room for the fixed headers.
 constexpr size_t kServerBytesMax = 255;
 constexpr size_t kVhostBytesMax = 255;
+constexpr int64_t kLoginCacheMsMax = 86'400'000;  // a day
+constexpr int64_t kHeartBeatMsMax = 86'400'000;
 // AMQP 0-9-1 short string: RabbitMQ refuses longer queue names.
 constexpr size_t kQueueNameBytesMax = 255;
 constexpr int64_t kSessionsMax = kLimitSessionsMax;
@@ -126,7 +128,8 @@ void read_admin(const Table& root, GatewayConfig* c) {
 
 void read_stomp(const Table& root, GatewayConfig* c) {
   std::optional<Table> t =
-      root.table("stomp", {"versions", "owned_prefixes", "default_vhost", "server"});
+      root.table("stomp", {"versions", "owned_prefixes", "default_vhost", "server", "login_check",
+                           "login_cache_ms", "heartbeat_min_ms", "heartbeat_max_ms"});
   if (!t) return;
   if (auto items = t->strings("versions")) {
     if (items->empty()) {
@@ -163,6 +166,27 @@ void read_stomp(const Table& root, GatewayConfig* c) {
   if (auto v = t->header_value("server")) {
     if (v->empty() || v->size() > kServerBytesMax) t->fail_at("server", "must be 1 to 255 bytes");
     c->session.server = *v;
+  }
+  if (auto v = t->string("login_check")) {
+    if (*v == "eager") {
+      c->session.login_check = session::LoginCheck::kEager;
+    } else if (*v == "deferred") {
+      c->session.login_check = session::LoginCheck::kDeferred;
+    } else {
+      t->fail_at("login_check", "must be \"eager\" or \"deferred\"");
+    }
+  }
+  if (auto v = t->integer("login_cache_ms", 0, kLoginCacheMsMax)) c->login_cache_ms = uint32_t(*v);
+  if (auto v = t->integer("heartbeat_max_ms", 0, kHeartBeatMsMax)) {
+    c->session.heartbeat_max_ms = uint32_t(*v);
+  }
+  if (auto v = t->integer("heartbeat_min_ms", 100, kHeartBeatMsMax)) {
+    c->session.heartbeat_min_ms = uint32_t(*v);
+  }
+  if (c->session.heartbeat_max_ms != 0 &&
+      c->session.heartbeat_min_ms > c->session.heartbeat_max_ms) {
+    t->fail_at(t->get("heartbeat_min_ms") ? "heartbeat_min_ms" : "heartbeat_max_ms",
+               "heartbeat_min_ms must not exceed heartbeat_max_ms (0 turns heart-beats off)");
   }
 }
 

@@ -141,11 +141,14 @@ struct GatewayConfig {
   LogLevel log_level = LogLevel::kInfo;
   // [stomp] and [limits]: the session core's settings (versions, prefixes, frame and prelude
   // limits, timeouts).
-  session::SessionConfig session;
+  session::SessionConfig session = session::SessionConfig::gateway_defaults();
   uint32_t sessions_max = 10'000;
   uint32_t sessions_per_source_max = 1'000;
   uint32_t prelude_sessions_max = 10'000;
   uint32_t connect_timeout_ms = 2'000;
+  // How long a login a node accepted answers the same (vhost, login, passcode) without asking a
+  // node again (stomp.login_cache_ms; 0: never).
+  uint32_t login_cache_ms = 60'000;
   uint32_t queues_max = 100'000;
   uint32_t spill_sessions_max = 256;   // sessions served from the spill log at once; 0: none
   uint32_t pipe_bytes = 64u << 10;     // capacity of each splice pipe (two per spliced session)

@@ -357,6 +357,14 @@ bool Replica::apply_one(const Barrier& m) {
   return true;
 }
 
+NodeIndex Replica::placement_of(std::string_view vhost, std::string_view queue) {
+  if (key_fit(vhost, queue) != KeyFit::kFits) {
+    ++keys_too_long_;
+    return kNoNode;
+  }
+  return placement_->rendezvous(vhost, queue);
+}
+
 NodeIndex Replica::place_unknown(std::string_view vhost, std::string_view queue,
                                  WorkerToControl* report) {
   if (key_fit(vhost, queue) != KeyFit::kFits) {

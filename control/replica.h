@@ -72,6 +72,10 @@ class Replica {
   // configured. When the replica is full the placement is still returned and reported, but not
   // recorded (counted in refused()).
   NodeIndex place_unknown(std::string_view vhost, std::string_view queue, WorkerToControl* report);
+  // The rendezvous placement place_unknown() would record, recording nothing: a session routes
+  // by it until a node accepted its login, and only then is it placed (place_unknown()).
+  // kNoNode as place_unknown() answers it.
+  NodeIndex placement_of(std::string_view vhost, std::string_view queue);
 
   size_t node_count() const { return placement_->node_count(); }
   // Every configured node in the key's rendezvous order (a node in drain passes its new

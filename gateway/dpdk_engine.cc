@@ -47,11 +47,8 @@ class DpdkRouter final : public engine::Router {
     const uring::RouteDecision d = replica_.route(key, session_hash);
     switch (d.kind) {
       case uring::RouteDecision::Kind::kDirect:
-        return engine::Target{engine::Target::Kind::kOwner,
-                              d.node,
-                              ntohl(d.addr.sin_addr.s_addr),
-                              ntohs(d.addr.sin_port),
-                              {}};
+        return engine::Target{engine::Target::Kind::kOwner, d.node, ntohl(d.addr.sin_addr.s_addr),
+                              ntohs(d.addr.sin_port),       {},     d.placement_pending};
       case uring::RouteDecision::Kind::kSpill:
         return engine::Target{engine::Target::Kind::kSpill, UINT32_MAX, 0, 0, {}};
       case uring::RouteDecision::Kind::kRefuse:
@@ -60,6 +57,9 @@ class DpdkRouter final : public engine::Router {
     return {};
   }
   void connect_failed(uint32_t node) override { replica_.connect_failed(node); }
+  void confirm_placement(const session::QueueKey& key, uint32_t node) override {
+    replica_.confirm_placement(key, node);
+  }
   void poll() { replica_.poll(); }
   std::string_view node_name(uint32_t node) const { return replica_.node_name(node); }
 
@@ -283,6 +283,11 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
   lc.parked_frames_max = d.mbufs / 16;
   lc.connect_timeout_ms = c.connect_timeout_ms;
   lc.session = c.session;
+  // The lcore answers CONNECT itself and tells the owner heart-beat:0,0, as the spill
+  // listener is told: checking logins and heart-beats on the packet path is not built yet
+  // (doc: the DPDK engine).
+  lc.session.login_check = session::LoginCheck::kDeferred;
+  lc.session.heartbeat_max_ms = 0;
   if (getrandom(lc.cookie_key.data(), lc.cookie_key.size(), 0) != ssize_t(lc.cookie_key.size()) ||
       getrandom(&lc.flow_hash_key, sizeof lc.flow_hash_key, 0) !=
           ssize_t(sizeof lc.flow_hash_key) ||

@@ -133,15 +133,51 @@ std::string EngineAdmin::metrics_text() {
     f.sample("sluice_sessions_refused_total", std::string("reason=\"") + r.first + "\"",
              total([&](const C& c) -> const std::atomic<uint64_t>& { return c.*field; }));
   }
+  // Families with one label besides none: summed over the workers.
+  auto by_result =
+      [&](const char* name, const char* help,
+          std::initializer_list<std::pair<const char*, const std::atomic<uint64_t> C::*>> results) {
+        f.family(name, "counter", help);
+        for (const auto& r : results) {
+          const auto field = r.second;
+          f.sample(name, std::string("result=\"") + r.first + "\"",
+                   total([&](const C& c) -> const std::atomic<uint64_t>& { return c.*field; }));
+        }
+      };
+  by_result("sluice_login_checks_total",
+            "CONNECTs answered: by a node (accepted, refused), by the gateway because the node "
+            "failed or none could check, or from the login cache.",
+            {{"accepted", &C::login_accepted},
+             {"refused", &C::login_refused},
+             {"failed", &C::login_failed},
+             {"unchecked", &C::login_unchecked},
+             {"cached", &C::login_cached}});
+  by_result("sluice_login_connections_total",
+            "Login check connections kept as the owner's connection or closed.",
+            {{"kept", &C::login_conn_kept}, {"closed", &C::login_conn_closed}});
+  by_result(
+      "sluice_heartbeat_mismatches_total",
+      "Owners whose heart-beat answer differs from what the client was told: refused "
+      "(the owner would drop the client) or allowed (logged).",
+      {{"refused", &C::heartbeat_mismatch_refused}, {"allowed", &C::heartbeat_mismatch_allowed}});
+  f.family("sluice_heartbeats_sent_total", "counter",
+           "Heart-beat EOLs the gateway sent to clients while it spoke for their sessions.");
+  f.sample("sluice_heartbeats_sent_total", "",
+           total([&](const C& c) -> const std::atomic<uint64_t>& { return c.heartbeats_sent; }));
+  f.family("sluice_placements_confirmed_total", "counter",
+           "Placements recorded after the owner accepted the session's login.");
+  f.sample(
+      "sluice_placements_confirmed_total", "",
+      total([&](const C& c) -> const std::atomic<uint64_t>& { return c.placements_confirmed; }));
   f.family("sluice_prelude_ends_total", "counter",
            "Preludes that ended without a destination, by reason (none: the client left).");
-  for (size_t e = 0; e < 9; ++e) {
+  for (size_t e = 0; e < session::kPreludeEndCount; ++e) {
     f.sample("sluice_prelude_ends_total",
              "reason=\"" + std::string(session::prelude_end_name(session::PreludeEnd(e))) + "\"",
              total([&](const C& c) -> const std::atomic<uint64_t>& { return c.prelude_end[e]; }));
   }
   f.family("sluice_spill_session_ends_total", "counter", "Spill sessions ended, by reason.");
-  for (size_t e = 1; e < 9; ++e) {
+  for (size_t e = 1; e < session::kSpillEndCount; ++e) {
     f.sample("sluice_spill_session_ends_total",
              "reason=\"" + std::string(session::spill_end_name(session::SpillEnd(e))) + "\"",
              total([&](const C& c) -> const std::atomic<uint64_t>& { return c.spill_end[e]; }));

@@ -129,20 +129,7 @@ uring::RouteDecision ReplicaRouter::decide(const session::QueueKey& key, uint64_
   uring::RouteDecision refuse;
   refuse.kind = uring::RouteDecision::Kind::kRefuse;
   if (key.default_route) {
-    // Rendezvous of the session over the healthy nodes: the highest mixed score wins.
-    control::NodeIndex best = control::kNoNode;
-    uint64_t best_score = 0;
-    for (control::NodeIndex n = 0; n < r.node_count(); ++n) {
-      if (!usable(n)) continue;
-      uint64_t x = session_hash ^ (uint64_t(n + 1) * 0x9E3779B97F4A7C15ull);
-      x ^= x >> 31;
-      x *= 0xbf58476d1ce4e5b9ull;
-      x ^= x >> 29;
-      if (best == control::kNoNode || x > best_score) {
-        best = n;
-        best_score = x;
-      }
-    }
+    const control::NodeIndex best = spread(session_hash);
     if (best == control::kNoNode) {
       refuse.message = "no node available, retry later";
       return refuse;
@@ -152,27 +139,84 @@ uring::RouteDecision ReplicaRouter::decide(const session::QueueKey& key, uint64_
   control::Route route = r.lookup(key.vhost, key.queue);
   control::NodeIndex owner = route.owner;
   if (!route.known) {
-    control::WorkerToControl placed;
-    owner = r.place_unknown(key.vhost, key.queue, &placed);
+    // Placed only once the owner accepts the session's login (confirm_placement): a session
+    // that never logs in leaves nothing behind.
+    owner = r.placement_of(key.vhost, key.queue);
     if (owner == control::kNoNode) {
       refuse.message = r.node_count() == 0 ? std::string_view("no node configured")
                                            : std::string_view("queue or vhost name too long");
       return refuse;
     }
-    report(placed);
   }
   if (route.backlog) return uring::RouteDecision{};  // the drain barrier: spill
   if (owner >= addrs_.size()) return uring::RouteDecision{};
-  if (usable(owner)) return direct(owner);
+  if (usable(owner)) {
+    uring::RouteDecision d = direct(owner);
+    d.placement_pending = !route.known;
+    return d;
+  }
   if (r.node_admin(owner) == control::AdminState::kDrain &&
       r.node_health(owner) == control::HealthState::kUp) {
     // No new sessions on a draining node: the next in the queue's rendezvous order.
     const size_t n = r.node_count();
     r.order(key.vhost, key.queue, std::span<control::NodeIndex>(order_.data(), n));
-    for (size_t i = 0; i < n; ++i)
-      if (usable(order_[i])) return direct(order_[i]);
+    for (size_t i = 0; i < n; ++i) {
+      if (!usable(order_[i])) continue;
+      uring::RouteDecision d = direct(order_[i]);
+      d.placement_pending = !route.known;
+      return d;
+    }
   }
   return uring::RouteDecision{};  // down or in maintenance: spill
+}
+
+control::NodeIndex ReplicaRouter::spread(uint64_t session_hash, uint32_t rank) const {
+  // Rendezvous of the session over the healthy nodes: the highest mixed score wins; `rank`
+  // skips that many of the best (a pass per rank: nodes are few).
+  const control::Replica& r = *worker_.replica;
+  auto score = [&](control::NodeIndex n) {
+    uint64_t x = session_hash ^ (uint64_t(n + 1) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    return x;
+  };
+  control::NodeIndex best = control::kNoNode;
+  uint64_t below = UINT64_MAX;  // scores are distinct per node, so "below" is strict
+  for (uint32_t pass = 0; pass <= rank; ++pass) {
+    best = control::kNoNode;
+    uint64_t best_score = 0;
+    for (control::NodeIndex n = 0; n < r.node_count(); ++n) {
+      if (!usable(n)) continue;
+      const uint64_t x = score(n);
+      if (pass > 0 && x >= below) continue;
+      if (best == control::kNoNode || x > best_score) {
+        best = n;
+        best_score = x;
+      }
+    }
+    if (best == control::kNoNode) return control::kNoNode;
+    below = best_score;
+  }
+  return best;
+}
+
+uring::RouteDecision ReplicaRouter::login_node(std::string_view, uint64_t session_hash,
+                                               uint32_t attempt) {
+  // Every node of the cluster serves every vhost (RabbitMQ's vhosts are cluster-wide), so any
+  // healthy node taking new sessions can check a login.
+  const control::NodeIndex n = spread(session_hash, attempt);
+  if (n == control::kNoNode) return uring::RouteDecision{};
+  return direct(n);
+}
+
+void ReplicaRouter::confirm_placement(const session::QueueKey& key, uint32_t node) {
+  control::Replica& r = *worker_.replica;
+  if (key.default_route || r.lookup(key.vhost, key.queue).known) return;
+  control::WorkerToControl placed;
+  if (r.place_unknown(key.vhost, key.queue, &placed) == control::kNoNode) return;
+  (void)node;  // the same rendezvous node the route gave (control may still choose otherwise)
+  report(placed);
 }
 
 bool ReplicaRouter::owner_up(const session::QueueKey& key) {

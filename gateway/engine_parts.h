@@ -39,6 +39,9 @@ class ReplicaRouter : public uring::Router {
   ReplicaRouter(control::Control::Worker worker, NodeDirectory& nodes, std::string label);
   void poll() override;
   uring::RouteDecision route(const session::QueueKey& key, uint64_t session_hash) override;
+  uring::RouteDecision login_node(std::string_view vhost, uint64_t session_hash,
+                                  uint32_t attempt) override;
+  void confirm_placement(const session::QueueKey& key, uint32_t node) override;
   bool owner_up(const session::QueueKey& key) override;
   void connect_failed(uint32_t node) override;
   std::string_view node_name(uint32_t node) const override;
@@ -50,6 +53,9 @@ class ReplicaRouter : public uring::Router {
   void refresh_nodes();
   void report(const control::WorkerToControl& m);
   uring::RouteDecision direct(control::NodeIndex n);
+  // The healthy node taking new sessions that `session_hash` picks (with `rank` > 0, the one
+  // that many places below it); kNoNode when none.
+  control::NodeIndex spread(uint64_t session_hash, uint32_t rank = 0) const;
 
   control::Control::Worker worker_;
   NodeDirectory& directory_;

@@ -28,6 +28,7 @@
 #include "gateway/dpdk_engine.h"
 #endif
 #include "gateway/engine_parts.h"
+#include "gateway/login_cache.h"
 #include "gateway/spill_auth.h"
 #include "gateway/spill_service.h"
 
@@ -170,6 +171,7 @@ int run(const std::string& path) {
   std::vector<std::unique_ptr<sluice::gateway::ReplicaRouter>> routers;
   std::vector<std::unique_ptr<sluice::gateway::ProducerSink>> sinks;
   std::vector<std::unique_ptr<sluice::gateway::SpillAuth>> auths;
+  std::vector<std::unique_ptr<sluice::gateway::LoginCache>> logins;
   std::vector<sluice::uring::WorkerParts> parts;
   for (uint32_t i = 0; i < config.workers; ++i) {
     routers.push_back(std::make_unique<sluice::gateway::ReplicaRouter>(
@@ -177,11 +179,20 @@ int run(const std::string& path) {
     sinks.push_back(std::make_unique<sluice::gateway::ProducerSink>(spill->log().producer(i)));
     auths.push_back(
         std::make_unique<sluice::gateway::SpillAuth>(users_source, config.spill.allow_anonymous));
-    parts.push_back({routers.back().get(), sinks.back().get(), auths.back().get()});
+    logins.push_back(std::make_unique<sluice::gateway::LoginCache>(config.login_cache_ms));
+    parts.push_back(
+        {routers.back().get(), sinks.back().get(), auths.back().get(), logins.back().get()});
   }
   std::string engine_error;
+  sluice::session::SessionConfig engine_session = config.session;
+  if (config.engine == EngineKind::kDpdk) {
+    // The spill listener behind the DPDK engine answers the lcore's replay itself, as the
+    // lcore answered the client (gateway/dpdk_engine.cc).
+    engine_session.login_check = sluice::session::LoginCheck::kDeferred;
+    engine_session.heartbeat_max_ms = 0;
+  }
   std::unique_ptr<sluice::uring::Engine> engine = sluice::uring::Engine::open(
-      engine_options(config), config.session, parts, log_from_engine, &engine_error);
+      engine_options(config), engine_session, parts, log_from_engine, &engine_error);
   if (!engine) return fail(kExitStartFailed, "engine: " + engine_error);
   sluice::gateway::EngineAdmin engine_admin(*engine);
   SessionsAdmin* sessions_admin = &engine_admin;

@@ -121,16 +121,32 @@ std::optional<std::string_view> FrameWriter::finish(std::string_view body) {
 
 std::optional<std::string_view> build_connected(std::span<char> out, Version v,
                                                 std::string_view server) {
+  return build_connected(out, v, server, HeartBeat{}, {});
+}
+
+std::optional<std::string_view> build_connected(std::span<char> out, Version v,
+                                                std::string_view server, HeartBeat heart_beat,
+                                                std::string_view session_id) {
   // Sent for every session: assembled from constant pieces. CONNECTED is never escaped, so the
-  // writer is needed only to refuse a server name that could not be framed.
-  if (server.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos) {
+  // writer is needed only to refuse a name that could not be framed.
+  constexpr std::string_view kUnframed("\r\n\0", 3);
+  if (server.find_first_of(kUnframed) != std::string_view::npos ||
+      session_id.find_first_of(kUnframed) != std::string_view::npos) {
     return FrameWriter(out, Command::kConnected, v).header("server", server).finish();
   }
-  const std::string_view parts[] = {"CONNECTED\nversion:", version_name(v),
-                                    "\nheart-beat:0,0\nserver:", server,
+  char hb[24];
+  const std::string_view parts[] = {"CONNECTED\nversion:",
+                                    version_name(v),
+                                    "\nheart-beat:",
+                                    format_heart_beat(hb, heart_beat),
+                                    session_id.empty() ? "" : "\nsession:",
+                                    session_id,
+                                    "\nserver:",
+                                    server,
                                     std::string_view("\n\n\0", 3)};
   size_t n = 0;
   for (std::string_view p : parts) {
+    if (p.empty()) continue;
     if (p.size() > out.size() - n) return std::nullopt;
     std::memcpy(out.data() + n, p.data(), p.size());
     n += p.size();

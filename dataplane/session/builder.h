@@ -7,6 +7,7 @@
 #include <span>
 #include <string_view>
 
+#include "dataplane/session/heart_beat.h"
 #include "dataplane/session/stomp.h"
 
 namespace sluice::session {
@@ -47,6 +48,10 @@ class FrameWriter {
 // CONNECTED for an agreed version: `version`, `heart-beat:0,0`, `server:<server>`.
 std::optional<std::string_view> build_connected(std::span<char> out, Version v,
                                                 std::string_view server);
+// The same with the heart-beat the gateway agreed to and, when not empty, a `session` header.
+std::optional<std::string_view> build_connected(std::span<char> out, Version v,
+                                                std::string_view server, HeartBeat heart_beat,
+                                                std::string_view session_id);
 std::optional<std::string_view> build_receipt(std::span<char> out, Version v,
                                               std::string_view receipt_id);
 // receipt-id echoed from a client frame's raw `receipt` header of the same version.

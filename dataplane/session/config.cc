@@ -29,6 +29,9 @@ std::string SessionConfig::validate() const {
   if (default_vhost.empty() || default_vhost.size() > 255) {
     return "default_vhost must be 1..255 bytes";
   }
+  if (heartbeat_max_ms != 0 && (heartbeat_min_ms < 100 || heartbeat_min_ms > heartbeat_max_ms)) {
+    return "heartbeat_min_ms must be between 100 and heartbeat_max_ms";
+  }
   return {};
 }
 

@@ -23,6 +23,12 @@ GreetingResult OwnerGreeting::protocol_error(std::string_view reason) {
   return GreetingResult{GreetingResult::Kind::kProtocolError, 0, *bytes, reason};
 }
 
+void OwnerGreeting::expect_heart_beats(HeartBeat client, HeartBeat told) {
+  check_heart_beats_ = true;
+  client_hb_ = client;
+  told_hb_ = told;
+}
+
 GreetingResult OwnerGreeting::on_bytes(std::string_view buf) {
   for (;;) {
     ParseResult r = parser_.parse(buf.substr(skipped_));
@@ -45,10 +51,28 @@ GreetingResult OwnerGreeting::on_bytes(std::string_view buf) {
       if (v != version_name(agreed_)) {
         return protocol_error("owner answered CONNECTED with another STOMP version");
       }
-      return GreetingResult{GreetingResult::Kind::kStrip, consumed, {}, {}};
+      std::optional<HeartBeat> hb = parse_heart_beat(f.find("heart-beat").value_or("0,0"));
+      if (!hb) return protocol_error("owner answered CONNECTED with an invalid heart-beat");
+      GreetingResult g{GreetingResult::Kind::kStrip, consumed, {}, {}};
+      g.connected = f.bytes();
+      g.server = f.find("server").value_or(std::string_view());
+      g.heart_beat = *hb;
+      if (check_heart_beats_) {
+        g.heart_beat_check = check_owner_heart_beat(client_hb_, told_hb_, *hb);
+        if (g.heart_beat_check == HeartBeatCheck::kOwnerStricter) {
+          GreetingResult e = protocol_error(
+              "owner's heart-beat expects the client more often than the client was told");
+          e.heart_beat = *hb;
+          e.heart_beat_check = g.heart_beat_check;
+          return e;
+        }
+      }
+      return g;
     }
     if (f.command() == Command::kError) {
-      return GreetingResult{GreetingResult::Kind::kForwardError, consumed, f.bytes(), {}};
+      GreetingResult g{GreetingResult::Kind::kForwardError, consumed, f.bytes(), {}};
+      g.message = f.find("message").value_or(std::string_view());
+      return g;
     }
     return protocol_error("owner's first frame was neither CONNECTED nor ERROR");
   }

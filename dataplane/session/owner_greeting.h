@@ -6,6 +6,7 @@
 #include <array>
 #include <string_view>
 
+#include "dataplane/session/heart_beat.h"
 #include "dataplane/session/parser.h"
 #include "dataplane/session/stomp.h"
 
@@ -22,6 +23,13 @@ struct GreetingResult {
   size_t consumed = 0;
   std::string_view to_client;
   std::string_view reason;
+  // kStrip: the CONNECTED frame itself, its heart-beat header (absent: 0,0) and how that
+  // compares with what the client was told (kSame unless expect_heart_beats() was called).
+  std::string_view connected;
+  std::string_view server;   // kStrip: the CONNECTED's server header (empty when absent)
+  std::string_view message;  // kForwardError: the ERROR's message header (empty when absent)
+  HeartBeat heart_beat;
+  HeartBeatCheck heart_beat_check = HeartBeatCheck::kSame;
 };
 
 class OwnerGreeting {
@@ -32,6 +40,9 @@ class OwnerGreeting {
   // `buf`: the owner's bytes from the start of its stream (the engine accumulates them until a
   // result other than kNeedMore).
   GreetingResult on_bytes(std::string_view buf);
+  // The owner's heart-beat answer is checked against `told` (what the client was told for its
+  // header `client`): an owner stricter than the client was told is a kProtocolError.
+  void expect_heart_beats(HeartBeat client, HeartBeat told);
 
  private:
   GreetingResult protocol_error(std::string_view reason);
@@ -39,6 +50,9 @@ class OwnerGreeting {
   Parser parser_;
   Version agreed_;
   size_t skipped_ = 0;  // heart-beat EOLs before the first frame
+  bool check_heart_beats_ = false;
+  HeartBeat client_hb_;
+  HeartBeat told_hb_;
   std::array<char, 512> reply_{};
 };
 

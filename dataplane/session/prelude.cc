@@ -28,18 +28,6 @@ VersionSet parse_accept_version(std::string_view v) {
   return set;
 }
 
-bool all_digits(std::string_view s) {
-  return !s.empty() && s.size() <= 10 &&
-         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// heart-beat: "<cx>,<cy>", two decimal numbers.
-bool valid_heart_beat(std::string_view v) {
-  size_t comma = v.find(',');
-  return comma != std::string_view::npos && all_digits(v.substr(0, comma)) &&
-         all_digits(v.substr(comma + 1));
-}
-
 }  // namespace
 
 std::string_view prelude_end_name(PreludeEnd e) {
@@ -62,6 +50,10 @@ std::string_view prelude_end_name(PreludeEnd e) {
       return "frame_timeout";
     case PreludeEnd::kIdleTimeout:
       return "idle_timeout";
+    case PreludeEnd::kHeartBeatTimeout:
+      return "heartbeat_timeout";
+    case PreludeEnd::kLoginRefused:
+      return "login_refused";
   }
   return "unknown";
 }
@@ -86,7 +78,9 @@ Prelude::Prelude(const SessionConfig& config, std::span<char> buffer, Nanos now,
 }
 
 size_t Prelude::feed(std::string_view bytes, Nanos now) {
-  if (state_ != State::kAwaitConnect && state_ != State::kConnected) return 0;
+  if (state_ != State::kAwaitConnect && state_ != State::kLogin && state_ != State::kConnected) {
+    return 0;
+  }
   size_t n = std::min(bytes.size(), buf_.size() - fill_);
   if (n > 0) std::memcpy(buf_.data() + fill_, bytes.data(), n);
   fill_ += n;
@@ -95,18 +89,26 @@ size_t Prelude::feed(std::string_view bytes, Nanos now) {
 }
 
 PreludeEvent Prelude::close(PreludeEnd end, std::string_view message, std::string_view detail,
-                            std::string_view version_header) {
+                            std::string_view version_header, std::string_view receipt) {
   state_ = State::kClosed;
-  ErrorFrame e{message, detail, {}, version_header};
+  ErrorFrame e{message, detail, receipt, version_header};
   std::optional<std::string_view> bytes = build_error(reply_, version_, e);
   // Messages are ours and short; a detail that cannot be encoded is left out rather than lost.
-  if (!bytes) bytes = build_error(reply_, version_, ErrorFrame{message, {}, {}, version_header});
+  if (!bytes)
+    bytes = build_error(reply_, version_, ErrorFrame{message, {}, receipt, version_header});
   SLUICE_ASSERT(bytes.has_value());
   return PreludeEvent{PreludeEvent::Kind::kClose, *bytes, end};
 }
 
+std::string_view Prelude::receipt_of(const Frame& f) {
+  std::optional<std::string_view> r = f.find("receipt");
+  return r && r->size() <= kReceiptIdBytesMax ? *r : std::string_view();
+}
+
 PreludeEvent Prelude::next() {
   switch (state_) {
+    case State::kLogin:
+      return PreludeEvent{};  // the engine has the login checked first
     case State::kBound:
     case State::kPlanTaken:
       return PreludeEvent{PreludeEvent::Kind::kBind, {}, PreludeEnd::kNone};
@@ -169,7 +171,7 @@ PreludeEvent Prelude::next() {
       case Command::kConnect:
       case Command::kStomp:
         return close(PreludeEnd::kProtocolError, "already connected",
-                     "CONNECT sent twice on one connection");
+                     "CONNECT sent twice on one connection", {}, receipt_of(f));
       case Command::kSend:
       case Command::kSubscribe:
         return on_destination(f);
@@ -181,7 +183,8 @@ PreludeEvent Prelude::next() {
       case Command::kError:
         detail_.clear();
         detail_ << command_name(f.command()) << " is a server frame";
-        return close(PreludeEnd::kProtocolError, "unexpected frame", detail_.view());
+        return close(PreludeEnd::kProtocolError, "unexpected frame", detail_.view(), {},
+                     receipt_of(f));
       default:
         // BEGIN, COMMIT, ABORT, ACK, NACK, UNSUBSCRIBE: buffered for the owner, in order.
         continue;
@@ -230,7 +233,8 @@ PreludeEvent Prelude::on_connect(const Frame& f, size_t frame_begin) {
     return close(PreludeEnd::kVersion, "unsupported STOMP version", detail_.view(),
                  config_.versions.list());
   }
-  if (hb && !valid_heart_beat(*hb)) {
+  std::optional<HeartBeat> client_hb = hb ? parse_heart_beat(*hb) : HeartBeat{};
+  if (!client_hb) {
     return close(PreludeEnd::kBadHeader, "invalid heart-beat header",
                  "heart-beat must be two decimal numbers, e.g. heart-beat:0,0");
   }
@@ -251,10 +255,35 @@ PreludeEvent Prelude::on_connect(const Frame& f, size_t frame_begin) {
   connect_end_ = parsed_;
   version_ = *agreed;
   parser_.set_version(version_);
+  client_hb_ = config_.heartbeat_max_ms == 0 ? HeartBeat{} : *client_hb;
+  state_ = State::kLogin;
+  if (config_.login_check == LoginCheck::kEager) {
+    return PreludeEvent{PreludeEvent::Kind::kLogin, {}, PreludeEnd::kNone};
+  }
+  return answer_connect(config_.server, {});
+}
+
+PreludeEvent Prelude::answer_connect(std::string_view server, std::string_view session_id,
+                                     bool verified) {
+  SLUICE_ASSERT(state_ == State::kLogin);
+  accepted_ = verified;
+  // STOMP 1.0 has no heart-beats: the gateway keeps none.
+  told_hb_ = version_ == Version::k1_0 ? HeartBeat{}
+                                       : answer_heart_beat(client_hb_, config_.heartbeat_min_ms,
+                                                           config_.heartbeat_max_ms);
   state_ = State::kConnected;
-  std::optional<std::string_view> reply = build_connected(reply_, version_, config_.server);
+  std::optional<std::string_view> reply =
+      build_connected(reply_, version_, server, told_hb_, session_id);
+  if (!reply) reply = build_connected(reply_, version_, config_.server, told_hb_, {});
   SLUICE_ASSERT(reply.has_value());
   return PreludeEvent{PreludeEvent::Kind::kReply, *reply, PreludeEnd::kNone};
+}
+
+void Prelude::login_accepted(HeartBeat node_answer) {
+  SLUICE_ASSERT(state_ == State::kLogin);
+  told_hb_ = node_answer;
+  accepted_ = true;
+  state_ = State::kConnected;
 }
 
 PreludeEvent Prelude::on_destination(const Frame& f) {
@@ -264,7 +293,8 @@ PreludeEvent Prelude::on_destination(const Frame& f) {
     detail_.clear();
     detail_ << command_name(f.command()) << " destination: " << destination_error_message(e)
             << " (at most " << uint64_t(kDestinationBytesMax) << " bytes)";
-    return close(PreludeEnd::kBadHeader, destination_error_message(e), detail_.view());
+    return close(PreludeEnd::kBadHeader, destination_error_message(e), detail_.view(), {},
+                 receipt_of(f));
   }
   key_ = key;
   bind_command_ = f.command();
@@ -275,7 +305,12 @@ PreludeEvent Prelude::on_destination(const Frame& f) {
 PreludeEvent Prelude::on_disconnect(const Frame& f) {
   state_ = State::kClosed;
   std::optional<std::string_view> receipt = f.find("receipt");
-  if (!receipt) return PreludeEvent{PreludeEvent::Kind::kClose, {}, PreludeEnd::kDisconnect};
+  // A RECEIPT says the session was served: only for a login some node accepted (or that the
+  // gateway, with login_check deferred, never checks).
+  const bool served = accepted_ || config_.login_check == LoginCheck::kDeferred;
+  if (!receipt || !served) {
+    return PreludeEvent{PreludeEvent::Kind::kClose, {}, PreludeEnd::kDisconnect};
+  }
   if (receipt->size() > kReceiptIdBytesMax) {
     detail_.clear();
     detail_ << "receipt header longer than " << uint64_t(kReceiptIdBytesMax) << " bytes";
@@ -288,6 +323,13 @@ PreludeEvent Prelude::on_disconnect(const Frame& f) {
 
 PreludeEvent Prelude::on_time(Nanos now) {
   if (state_ != State::kAwaitConnect && state_ != State::kConnected) return PreludeEvent{};
+  const Nanos heart_beat_grace = heart_beat_grace_ns();
+  if (heart_beat_grace != 0 && now - last_feed_ >= heart_beat_grace) {
+    detail_.clear();
+    detail_ << "nothing received for " << uint64_t(heart_beat_grace / kNanosPerMilli) << " ms, "
+            << uint64_t(kHeartBeatGraceFactor) << " times the negotiated heart-beat interval";
+    return close(PreludeEnd::kHeartBeatTimeout, "heart-beat timeout", detail_.view());
+  }
   if (frame_started_ != kNever && now - frame_started_ >= config_.frame_timeout_ns) {
     detail_.clear();
     detail_ << "a frame did not complete within frame_timeout ("
@@ -303,17 +345,23 @@ PreludeEvent Prelude::on_time(Nanos now) {
   return PreludeEvent{};
 }
 
+Nanos Prelude::heart_beat_grace_ns() const {
+  if (state_ != State::kConnected) return 0;
+  return Nanos(heart_beat_intervals().client_to_server_ms) * kNanosPerMilli * kHeartBeatGraceFactor;
+}
+
 Nanos Prelude::deadline() const {
   if (state_ != State::kAwaitConnect && state_ != State::kConnected) return kNever;
   Nanos idle = last_frame_ + config_.prelude_idle_timeout_ns;
+  if (const Nanos grace = heart_beat_grace_ns(); grace != 0) {
+    idle = std::min(idle, last_feed_ + grace);
+  }
   if (frame_started_ == kNever) return idle;
   return std::min(idle, frame_started_ + config_.frame_timeout_ns);
 }
 
 std::optional<std::string_view> Prelude::connect_value(Span s) const {
-  if (!s.present || state_ == State::kPlanTaken || state_ == State::kAwaitConnect) {
-    return std::nullopt;
-  }
+  if (!s.present || state_ == State::kAwaitConnect) return std::nullopt;
   return std::string_view(buf_.data() + s.off, s.len);
 }
 
@@ -322,16 +370,34 @@ std::string_view Prelude::after_connect() const {
   return std::string_view(buf_.data() + connect_end_, fill_ - connect_end_);
 }
 
+std::string_view Prelude::connect_frame() {
+  SLUICE_ASSERT(state_ != State::kAwaitConnect && state_ != State::kClosed);
+  if (connect_rewritten_ == 0) rewrite_connect();
+  return std::string_view(buf_.data(), connect_rewritten_);
+}
+
 BindPlan Prelude::take_bind_plan() {
   SLUICE_ASSERT(state_ == State::kBound);
   state_ = State::kPlanTaken;
+  BindPlan plan;
+  plan.connect = connect_frame();
+  plan.rest = std::string_view(buf_.data() + connect_end_, fill_ - connect_end_);
+  plan.connect_bytes_removed = uint32_t(connect_end_ - connect_rewritten_);
+  return plan;
+}
+
+void Prelude::rewrite_connect() {
   // The CONNECT is known to be well formed: LF-terminated lines (optional CR), a blank line,
-  // the NUL. Rewrites only shrink lines, so writing at w <= r is safe.
+  // the NUL. Rewrites only shrink lines, so writing at w <= r is safe; the login and passcode
+  // spans move with their lines.
   char* b = buf_.data();
   size_t r = connect_begin_;
   size_t w = 0;
   const size_t end = connect_end_;
   auto copy = [&](size_t from, size_t n) {
+    for (Span* sp : {&login_, &passcode_}) {
+      if (sp->present && sp->off >= from && sp->off < from + n) sp->off -= uint32_t(from - w);
+    }
     std::memmove(b + w, b + from, n);
     w += n;
   };
@@ -351,7 +417,8 @@ BindPlan Prelude::take_bind_plan() {
     const std::string_view eol = crlf ? "\r\n" : "\n";
     if (line.empty()) break;
     const std::string_view name = line.substr(0, line.find(':'));
-    if (name == "heart-beat") {
+    if (name == "heart-beat" && config_.heartbeat_max_ms == 0) {
+      // Heart-beats off: the owner is told none, as the client was.
       if (!heart_beat_done) {
         put("heart-beat:0,0");
         put(eol);
@@ -371,11 +438,7 @@ BindPlan Prelude::take_bind_plan() {
     r = lf + 1;
   }
   copy(r, end - r);  // blank line and NUL
-  BindPlan plan;
-  plan.connect = std::string_view(b, w);
-  plan.rest = std::string_view(b + connect_end_, fill_ - connect_end_);
-  plan.connect_bytes_removed = uint32_t(connect_end_ - w);
-  return plan;
+  connect_rewritten_ = w;
 }
 
 }  // namespace sluice::session

@@ -3,6 +3,7 @@
 
 #include "dataplane/session/builder.h"
 #include "dataplane/session/config.h"
+#include "dataplane/session/heart_beat.h"
 #include "dataplane/session/owner_greeting.h"
 #include "dataplane/session/parser.h"
 #include "dataplane/session/prelude.h"

@@ -29,6 +29,8 @@ std::string_view spill_end_name(SpillEnd e) {
       return "transaction_refused";
     case SpillEnd::kAppendFailed:
       return "append_failed";
+    case SpillEnd::kHeartBeatTimeout:
+      return "heartbeat_timeout";
     case SpillEnd::kOwnerAvailable:
       return "owner_available";
   }

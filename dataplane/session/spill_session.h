@@ -48,7 +48,9 @@ enum class SpillEnd : uint8_t {
   kTransactionRefused,  // a transaction that cannot be applied atomically
   kAppendFailed,        // the spill log refused an append (spill full, disk error)
   kOwnerAvailable,      // request_end(): the owner is back, reconnect
+  kHeartBeatTimeout,    // nothing from the client within the heart-beat grace (the engine's)
 };
+inline constexpr size_t kSpillEndCount = 10;
 std::string_view spill_end_name(SpillEnd e);
 
 struct SpillEvent {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dataplane/session/config.h"
+#include "dataplane/session/prelude.h"
 #include "dataplane/session/queue_key.h"
 #include "dataplane/session/spill_session.h"
 
@@ -124,6 +125,9 @@ struct RouteDecision {
   uint32_t node = UINT32_MAX;
   sockaddr_in addr{};
   std::string_view message;
+  // kDirect to a queue the table does not hold yet: `node` is where placement puts it, recorded
+  // only by confirm_placement() once that node accepted the session's login.
+  bool placement_pending = false;
 };
 
 // The worker's view of control's decisions. Called on the worker's thread only.
@@ -134,6 +138,13 @@ class Router {
   virtual void poll() = 0;
   // `session_hash` spreads default-route sessions over the healthy nodes.
   virtual RouteDecision route(const session::QueueKey& key, uint64_t session_hash) = 0;
+  // A node to check a CONNECT's login (login_check eager): of the healthy nodes taking new
+  // sessions, in an order spread by `session_hash`, the `attempt`-th (a node that failed to
+  // answer is followed by the next); kSpill when there is none (the gateway answers itself).
+  virtual RouteDecision login_node(std::string_view vhost, uint64_t session_hash,
+                                   uint32_t attempt) = 0;
+  // `node` accepted the login of a session routed with placement_pending: record the placement.
+  virtual void confirm_placement(const session::QueueKey& key, uint32_t node) = 0;
   // True when the key's owner is up again: spill sessions for it are ended gracefully.
   virtual bool owner_up(const session::QueueKey& key) = 0;
   // A connect to `node` was refused or timed out (passive health).
@@ -164,11 +175,31 @@ class SpillSink {
   virtual int notify_fd() const = 0;
 };
 
+// Logins a node accepted (login_check eager), so that a returning client's CONNECT is answered
+// without a connection per session. Called on the worker's thread only.
+class LoginCache {
+ public:
+  virtual ~LoginCache() = default;
+  // The `server` header of the node that accepted this (vhost, login, passcode) within the
+  // cache's lifetime, valid until the next call; nullopt when not cached.
+  virtual std::optional<std::string_view> find(std::string_view vhost,
+                                               std::optional<std::string_view> login,
+                                               std::optional<std::string_view> passcode,
+                                               Nanos now) = 0;
+  virtual void remember(std::string_view vhost, std::optional<std::string_view> login,
+                        std::optional<std::string_view> passcode, std::string_view server,
+                        Nanos now) = 0;
+  // A node refused this login: its entry goes.
+  virtual void forget(std::string_view vhost, std::optional<std::string_view> login,
+                      std::optional<std::string_view> passcode) = 0;
+};
+
 // The pieces one worker runs with; they outlive the engine.
 struct WorkerParts {
   Router* router = nullptr;
   SpillSink* spill = nullptr;            // null: spill sessions are refused
   session::SpillHooks* hooks = nullptr;  // credentials and ACL for spill sessions
+  LoginCache* logins = nullptr;          // null: every eager login check asks a node
 };
 
 enum class LogLevel : uint8_t { kDebug, kInfo, kWarn, kError };
@@ -199,10 +230,27 @@ struct WorkerCounters {
   std::atomic<uint64_t> refused_spill_max{0};
   std::atomic<uint64_t> refused_route{0};
   std::atomic<uint64_t> refused_stopping{0};
-  std::atomic<uint64_t> prelude_end[9] = {};  // by session::PreludeEnd
-  std::atomic<uint64_t> spill_end[9] = {};    // by session::SpillEnd
-  std::atomic<uint64_t> spliced{0};           // sessions that reached splice
-  std::atomic<uint64_t> spilled{0};           // sessions that became spill sessions
+  std::atomic<uint64_t> prelude_end[session::kPreludeEndCount] = {};  // by session::PreludeEnd
+  std::atomic<uint64_t> spill_end[session::kSpillEndCount] = {};      // by session::SpillEnd
+  // Login checks (login_check eager): CONNECTs a node answered, by outcome; answered from the
+  // login cache; answered by the gateway because no node could check them.
+  std::atomic<uint64_t> login_accepted{0};
+  std::atomic<uint64_t> login_refused{0};
+  std::atomic<uint64_t> login_failed{0};  // the node could not be reached or did not answer
+  std::atomic<uint64_t> login_cached{0};
+  std::atomic<uint64_t> login_unchecked{0};
+  // The login check's connection: kept as the owner's (its node owned the first destination),
+  // or closed (another owner, spill, or the node closed it while the prelude went on).
+  std::atomic<uint64_t> login_conn_kept{0};
+  std::atomic<uint64_t> login_conn_closed{0};
+  // Owners whose heart-beat answer differs from what the client was told: refused (the owner
+  // would drop the client) or let through (counted, logged).
+  std::atomic<uint64_t> heartbeat_mismatch_refused{0};
+  std::atomic<uint64_t> heartbeat_mismatch_allowed{0};
+  std::atomic<uint64_t> heartbeats_sent{0};  // EOLs the gateway sent while it spoke for a session
+  std::atomic<uint64_t> placements_confirmed{0};  // placements recorded after a node's CONNECTED
+  std::atomic<uint64_t> spliced{0};               // sessions that reached splice
+  std::atomic<uint64_t> spilled{0};               // sessions that became spill sessions
   std::atomic<uint64_t> connect_failed{0};
   std::atomic<uint64_t> owner_error{0};     // the owner answered the replay with ERROR
   std::atomic<uint64_t> owner_protocol{0};  // ... with something that is not CONNECTED

@@ -130,6 +130,7 @@ void Worker::on_send_client(uint32_t slot, int res) {
   }
   if (res > 0) {
     s.out_sent += uint32_t(res);
+    s.last_client_send = now();
     if (s.spill_slot == kNone) s.bytes_out += uint64_t(res);
   }
   if (s.out_sent < s.out_len) {
@@ -190,6 +191,7 @@ void Worker::on_accept(int fd) {
   s.src_port = ntohs(peer.sin_port);
   s.id = (uint64_t(index_) << 48) | ++next_id_;
   s.started = now();
+  s.last_client_send = s.last_client_recv = s.started;
   s.prelude_slot = preludes_.take();
   s.out_slot = outs_.take();
   SLUICE_ASSERT(s.prelude_slot != kNone && s.out_slot != kNone);
@@ -404,10 +406,13 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
     case Op::kCancel:
       break;
     case Op::kSendOwner:
-      on_send_owner(slot, res);
+      if (epoch_of(data) == (s.owner_epoch & kEpochMask)) on_send_owner(slot, res);
       break;
     case Op::kRecvOwner:
-      on_recv_owner(slot, res);
+      if (epoch_of(data) == (s.owner_epoch & kEpochMask)) on_recv_owner(slot, res);
+      break;
+    case Op::kPollHeld:
+      on_poll_held(slot, res);
       break;
     case Op::kPollIn:
     case Op::kPollIn1:
@@ -448,15 +453,28 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
 void Worker::scan(Nanos t) {
   for (uint32_t i = 0; i < sessions_.size(); ++i) {
     Session& s = sessions_[i];
+    if (s.state == State::kFree || s.state == State::kSpliced || s.state == State::kClosing) {
+      continue;
+    }
+    heart_beats(i, t);
+    if (s.close_after_send) continue;
     if (s.state == State::kPrelude && s.prelude_slot != kNone) {
       PreludeSlot& ps = preludes_.object(s.prelude_slot);
       if (t >= ps.prelude->deadline()) {
         session::PreludeEvent ev = ps.prelude->on_time(t);
         if (ev.kind == session::PreludeEvent::Kind::kClose) {
           bump(counters_.prelude_end[size_t(ev.end)]);
+          log_session_end(i, session::prelude_end_name(ev.end), {});
           send_then_close(i, ev.to_client);
         }
       }
+    } else if (s.state == State::kLogin && s.owner_deadline != 0 && t >= s.owner_deadline) {
+      // The node took the connection but did not answer the CONNECT: nothing happened there
+      // that matters, so the gateway answers (the owner checks the login when it binds).
+      bump(counters_.owner_timeout);
+      bump(counters_.login_failed);
+      parts_.router->connect_failed(s.node);
+      abandon_login(i);
     } else if ((s.state == State::kReplay || s.state == State::kGreeting) &&
                t >= s.owner_deadline && !s.close_after_send) {
       // The owner took the connection but did not answer the replay in time. The replay may
@@ -464,6 +482,7 @@ void Worker::scan(Nanos t) {
       // a SEND twice): the client gets an ERROR and retries; the node's health hears of it.
       bump(counters_.owner_timeout);
       parts_.router->connect_failed(s.node);
+      log_session_end(i, "owner_timeout", {});
       close_with_error(i, "owner did not answer",
                        "the queue's owner accepted the connection but did not answer CONNECT "
                        "within connect_timeout_ms; retry later");
@@ -494,7 +513,7 @@ void Worker::begin_stop() {
   listen_fd_ = -1;
   for (uint32_t i = 0; i < sessions_.size(); ++i) {
     Session& s = sessions_[i];
-    if (s.state == State::kPrelude) {
+    if (s.state == State::kPrelude || s.state == State::kLogin) {
       bump(counters_.refused_stopping);
       close_with_error(i, "gateway stopping", "the gateway is shutting down; reconnect");
     } else if (s.state == State::kSpill && !s.end_requested) {

@@ -34,6 +34,9 @@ inline constexpr uint32_t kAppendsInFlightMax = 4096;
 inline constexpr Nanos kScanInterval = 100 * session::kNanosPerMilli;
 // The longest the loop sleeps: control's messages are applied at least this often.
 inline constexpr Nanos kWaitMax = 20 * session::kNanosPerMilli;
+// Nodes asked in turn to check a login when one cannot be reached or does not answer; then the
+// gateway answers itself.
+inline constexpr uint8_t kLoginAttemptsMax = 3;
 
 // A worker's counters have one writer (the worker) and are read by the metrics thread: a relaxed
 // load and store, not a read-modify-write.
@@ -65,6 +68,7 @@ enum class Op : uint8_t {
   kCancel,
   kInstall,  // + side: a parked socket's descriptor back (0 client, 1 owner)
   kInstall1,
+  kPollHeld,  // the login check's connection, held while the prelude goes on, is readable
 };
 
 // IORING_OP_FIXED_FD_INSTALL (Linux 6.8; liburing 2.3 predates it): installs a fixed file of
@@ -74,6 +78,7 @@ inline constexpr uint8_t kOpFixedFdInstall = 54;
 enum class State : uint8_t {
   kFree,
   kPrelude,
+  kLogin,  // a node checks the CONNECT's login: connect, send, its first frame
   kConnecting,
   kReplay,
   kGreeting,
@@ -112,6 +117,22 @@ struct Session {
   bool linger_reset = false;  // SO_LINGER {1, 0} set when first parked: a lost socket resets
   uint8_t unparking = 0;      // descriptor installs in flight
   uint8_t wake = 0;           // directions that became readable while parked (bit d)
+  // The login check's connection stays open (ofd, node) while the prelude goes on: the owner's
+  // connection if its node owns the first destination.
+  bool held = false;
+  bool keep_owner = false;         // bound on the held connection: no replay of the CONNECT
+  bool placement_pending = false;  // confirm the route's placement once the owner accepts
+  uint8_t login_attempts = 0;      // nodes asked to check the login (kLoginAttemptsMax)
+  // Sends and receives on the owner's connection carry it in their tags instead of the
+  // generation: a login check's abandoned connection cannot be taken for the next one's.
+  uint32_t owner_epoch = 0;
+  // Heart-beats while the gateway speaks for the session (0: none that way).
+  uint32_t hb_to_client_ms = 0;
+  uint32_t hb_from_client_ms = 0;
+  uint32_t hb_to_owner_ms = 0;  // to the held connection's node
+  Nanos last_client_send = 0;
+  Nanos last_client_recv = 0;
+  Nanos last_owner_send = 0;
   int cfd = -1;
   int ofd = -1;
   uint32_t park = kNone;  // parked: the pair of fixed-file slots 2 park (client), 2 park + 1
@@ -207,6 +228,9 @@ class Worker {
   // Submission helpers: every op takes one inflight count of its session.
   io_uring_sqe* sqe();
   static uint64_t tag(uint32_t slot, uint32_t gen, Op op);
+  // The generation (or owner epoch) bits of a tag.
+  static constexpr uint32_t kEpochMask = 0xFFFFFF;
+  static uint32_t epoch_of(uint64_t data) { return uint32_t(data >> 8) & kEpochMask; }
   void arm_accept();
   void arm_wake();
   void arm_spill_notify();
@@ -236,13 +260,34 @@ class Worker {
   void feed_prelude(uint32_t slot, std::string_view bytes);
   void drive_prelude(uint32_t slot);
   void resolve(uint32_t slot);
-  void connect_owner(uint32_t slot, const RouteDecision& d);
+  void connect_owner(uint32_t slot, const RouteDecision& d, State state);
+  static uint64_t session_hash(const Session& s);
+  void keep_held(uint32_t slot);
+  void log_heart_beat_mismatch(uint32_t slot, const session::GreetingResult& g);
   void on_connect(uint32_t slot, int res);
   void send_replay(uint32_t slot);
   void on_send_owner(uint32_t slot, int res);
   void arm_recv_owner(uint32_t slot);
   void on_recv_owner(uint32_t slot, int res);
   void close_with_error(uint32_t slot, std::string_view message, std::string_view detail);
+  // Login check (login_check eager).
+  void check_login(uint32_t slot);
+  // The gateway's own CONNECTED; `verified`: from the login cache.
+  void answer_login(uint32_t slot, std::string_view server, bool verified = false);
+  // A login check failed on its node: the next node, or the gateway's own answer; the prelude
+  // goes on when answered.
+  void retry_login(uint32_t slot);
+  void on_login_answer(uint32_t slot, const session::GreetingResult& g);
+  // The node did not answer in time: its connection goes and the gateway answers itself.
+  void abandon_login(uint32_t slot);
+  void arm_poll_held(uint32_t slot);
+  void on_poll_held(uint32_t slot, int res);
+  void drop_held(uint32_t slot);
+  void start_owner_greeting(uint32_t slot);
+  void owner_accepted(uint32_t slot);
+  // Heart-beats the gateway owes and expects while it speaks for the session (scan).
+  void heart_beats(uint32_t slot, Nanos now);
+  void log_session_end(uint32_t slot, std::string_view reason, std::string_view message);
 
   // worker_splice.cc
   void start_splice(uint32_t slot);
@@ -334,6 +379,11 @@ class Worker {
   uint32_t prelude_max_ = 0;  // preludes this worker has memory for (the live limit is lower)
   uint32_t spill_max_ = 0;
   uint64_t next_id_ = 0;
+  // Session-end log lines: at most kSessionEndLogsPerSecond a second, the rest counted.
+  static constexpr uint32_t kSessionEndLogsPerSecond = 20;
+  Nanos log_window_ = 0;
+  uint32_t log_lines_ = 0;
+  uint64_t log_suppressed_ = 0;
 
   // Spill appends in flight, in append order.
   std::vector<AppendRef> appends_;

@@ -38,6 +38,7 @@ void Worker::on_recv_client(uint32_t slot, int res, uint32_t flags) {
     begin_close(slot, res < 0);
     return;
   }
+  s.last_client_recv = now();
   SLUICE_ASSERT(flags & IORING_CQE_F_BUFFER);
   const uint16_t bid = uint16_t(flags >> IORING_CQE_BUFFER_SHIFT);
   std::string_view bytes(recv_bufs_.at(size_t(bid) * options_.recv_buffer_bytes), size_t(res));
@@ -74,16 +75,28 @@ void Worker::drive_prelude(uint32_t slot) {
     switch (ev.kind) {
       case session::PreludeEvent::Kind::kNeedMore:
         return;
-      case session::PreludeEvent::Kind::kReply:
+      case session::PreludeEvent::Kind::kReply: {
         if (!queue_out(slot, ev.to_client)) {
           begin_close(slot, false);
           return;
         }
+        // The first reply is the CONNECTED: the heart-beats it agreed to apply from now on.
+        const session::HeartBeatIntervals hb = ps.prelude->heart_beat_intervals();
+        s.hb_to_client_ms = hb.server_to_client_ms;
+        s.hb_from_client_ms = hb.client_to_server_ms;
         break;
+      }
       case session::PreludeEvent::Kind::kClose:
         bump(counters_.prelude_end[size_t(ev.end)]);
+        if (ev.end != session::PreludeEnd::kDisconnect) {
+          log_session_end(slot, session::prelude_end_name(ev.end), {});
+        }
         send_then_close(slot, ev.to_client);
         return;
+      case session::PreludeEvent::Kind::kLogin:
+        check_login(slot);
+        if (s.state != State::kPrelude) return;  // a node answers; drive_prelude follows
+        break;
       case session::PreludeEvent::Kind::kBind:
         resolve(slot);
         return;
@@ -105,20 +118,53 @@ void Worker::resolve(uint32_t slot) {
     start_spill(slot);
     return;
   }
-  const uint64_t hash = mix((uint64_t(s.src_ip) << 16) ^ s.src_port ^ (s.id << 40));
-  const RouteDecision d = parts_.router->route(key, hash);
+  const RouteDecision d = parts_.router->route(key, session_hash(s));
+  if (s.held && !(d.kind == RouteDecision::Kind::kDirect && d.node == s.node)) drop_held(slot);
   switch (d.kind) {
     case RouteDecision::Kind::kDirect:
-      connect_owner(slot, d);
+      s.placement_pending = d.placement_pending;
+      if (s.held) {
+        keep_held(slot);
+      } else {
+        connect_owner(slot, d, State::kConnecting);
+      }
       return;
     case RouteDecision::Kind::kSpill:
       start_spill(slot);
       return;
     case RouteDecision::Kind::kRefuse:
       bump(counters_.refused_route);
+      log_session_end(slot, "route", d.message);
       close_with_error(slot, d.message, "the gateway cannot route this destination");
       return;
   }
+}
+
+uint64_t Worker::session_hash(const Session& s) {
+  return mix((uint64_t(s.src_ip) << 16) ^ s.src_port ^ (s.id << 40));
+}
+
+void Worker::keep_held(uint32_t slot) {
+  // The login check's node owns the destination: its connection becomes the owner's. It has
+  // answered the CONNECT already, so only what came after it is sent, and nothing is stripped.
+  Session& s = sessions_[slot];
+  s.held = false;
+  s.keep_owner = true;
+  bump(counters_.login_conn_kept);
+  io_uring_sqe* c = sqe();
+  io_uring_prep_cancel64(c, tag(slot, s.gen, Op::kPollHeld), 0);
+  io_uring_sqe_set_data64(c, tag(slot, s.gen, Op::kCancel));
+  ++s.inflight;
+  s.state = State::kReplay;
+  s.owner_deadline = now() + Nanos(live_->connect_timeout_ms.load(std::memory_order_relaxed)) *
+                                 session::kNanosPerMilli;
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  session::BindPlan plan = ps.prelude->take_bind_plan();
+  ps.iov[0] = iovec{};
+  ps.iov[1] = iovec{const_cast<char*>(plan.rest.data()), plan.rest.size()};
+  ps.iov[2] = iovec{ps.carry, ps.carry_len};
+  ps.iov_count = 3;
+  send_replay(slot);
 }
 
 void Worker::close_with_error(uint32_t slot, std::string_view message, std::string_view detail) {
@@ -131,24 +177,34 @@ void Worker::close_with_error(uint32_t slot, std::string_view message, std::stri
   auto frame = session::build_error(std::span<char>(buf, sizeof buf), v,
                                     session::ErrorFrame{message, detail, {}, {}});
   if (!frame) {
+    frame = session::build_error(std::span<char>(buf, sizeof buf), v,
+                                 session::ErrorFrame{message, {}, {}, {}});
+  }
+  if (!frame) {
     begin_close(slot, false);
     return;
   }
   send_then_close(slot, *frame);
 }
 
-void Worker::connect_owner(uint32_t slot, const RouteDecision& d) {
+void Worker::connect_owner(uint32_t slot, const RouteDecision& d, State state) {
   Session& s = sessions_[slot];
   s.node = d.node;
   s.ofd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s.ofd < 0) {
     log_(LogLevel::kWarn, "owner_socket_failed", {{{"error", std::strerror(errno)}}});
-    start_spill(slot);
+    s.node = kNone;
+    if (state == State::kLogin) {
+      bump(counters_.login_failed);
+      answer_login(slot, config_.server);
+    } else {
+      start_spill(slot);
+    }
     return;
   }
   int one = 1;
   setsockopt(s.ofd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  s.state = State::kConnecting;
+  s.state = state;
   PreludeSlot& ps = preludes_.object(s.prelude_slot);
   // The address lives in the prelude slot until the connect completes.
   static_assert(sizeof(sockaddr_in) <= sizeof(ps.iov));
@@ -171,21 +227,37 @@ void Worker::connect_owner(uint32_t slot, const RouteDecision& d) {
 
 void Worker::on_connect(uint32_t slot, int res) {
   Session& s = sessions_[slot];
+  const bool login = s.state == State::kLogin;
   if (res < 0) {
     // Refused, unreachable or timed out (the linked timeout cancels the connect): passive
-    // health, and the session is served from the spill log; the client sees no error.
+    // health, and the session is served from the spill log; the client sees no error. A login
+    // check the node could not take is answered by the gateway (the owner checks it later).
     bump(counters_.connect_failed);
     parts_.router->connect_failed(s.node);
     close(s.ofd);
     s.ofd = -1;
     s.node = kNone;
-    start_spill(slot);
+    if (login) {
+      bump(counters_.login_failed);
+      retry_login(slot);
+    } else {
+      start_spill(slot);
+    }
     return;
   }
-  s.state = State::kReplay;
   s.owner_deadline = now() + Nanos(live_->connect_timeout_ms.load(std::memory_order_relaxed)) *
                                  session::kNanosPerMilli;
   PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  if (login) {
+    const std::string_view connect = ps.prelude->connect_frame();
+    ps.iov[0] = iovec{};
+    ps.iov[1] = iovec{};
+    ps.iov[2] = iovec{const_cast<char*>(connect.data()), connect.size()};
+    ps.iov_count = 1;
+    send_replay(slot);
+    return;
+  }
+  s.state = State::kReplay;
   session::BindPlan plan = ps.prelude->take_bind_plan();
   ps.iov[0] = iovec{const_cast<char*>(plan.connect.data()), plan.connect.size()};
   ps.iov[1] = iovec{const_cast<char*>(plan.rest.data()), plan.rest.size()};
@@ -204,14 +276,13 @@ void Worker::send_replay(uint32_t slot) {
     --ps.iov_count;
   }
   if (ps.iov_count == 0) {
-    s.state = State::kGreeting;
-    if (!ps.greeting_headers) {
-      ps.greeting_headers =
-          std::make_unique<session::HeaderTable>(config_.frame_limits.header_count_max);
-      bump(counters_.header_tables);
+    if (s.keep_owner) {
+      // The owner answered the CONNECT at the login check: nothing to strip.
+      owner_accepted(slot);
+      start_splice(slot);
+      return;
     }
-    ps.greeting.emplace(config_.frame_limits, ps.prelude->version(), *ps.greeting_headers);
-    arm_recv_owner(slot);
+    start_owner_greeting(slot);
     return;
   }
   ps.msg = msghdr{};
@@ -219,13 +290,40 @@ void Worker::send_replay(uint32_t slot) {
   ps.msg.msg_iovlen = ps.iov_count;
   io_uring_sqe* e = sqe();
   io_uring_prep_sendmsg(e, s.ofd, &ps.msg, MSG_NOSIGNAL);
-  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kSendOwner));
+  io_uring_sqe_set_data64(e, tag(slot, s.owner_epoch, Op::kSendOwner));
   ++s.inflight;
+}
+
+void Worker::start_owner_greeting(uint32_t slot) {
+  Session& s = sessions_[slot];
+  PreludeSlot& ps = preludes_.object(s.prelude_slot);
+  if (!ps.greeting_headers) {
+    ps.greeting_headers =
+        std::make_unique<session::HeaderTable>(config_.frame_limits.header_count_max);
+    bump(counters_.header_tables);
+  }
+  ps.greet_len = 0;
+  ps.greeting.emplace(config_.frame_limits, ps.prelude->version(), *ps.greeting_headers);
+  if (s.state != State::kLogin) {
+    s.state = State::kGreeting;
+    // The replay's CONNECTED must agree with what the client was told.
+    ps.greeting->expect_heart_beats(ps.prelude->client_heart_beat(), ps.prelude->told_heart_beat());
+  }
+  arm_recv_owner(slot);
+}
+
+void Worker::owner_accepted(uint32_t slot) {
+  Session& s = sessions_[slot];
+  if (!s.placement_pending) return;
+  s.placement_pending = false;
+  parts_.router->confirm_placement(preludes_.object(s.prelude_slot).prelude->key(), s.node);
+  bump(counters_.placements_confirmed);
 }
 
 void Worker::on_send_owner(uint32_t slot, int res) {
   Session& s = sessions_[slot];
   if (s.close_after_send) return;  // timed out meanwhile: the ERROR is on its way
+  if (s.state != State::kLogin && s.state != State::kReplay) return;  // an abandoned login
   if (res < 0 && res != -EAGAIN && res != -EINTR) {
     bump(counters_.owner_protocol);
     close_with_error(slot, "owner unavailable", "the connection to the owner failed");
@@ -249,19 +347,27 @@ void Worker::arm_recv_owner(uint32_t slot) {
   io_uring_sqe* e = sqe();
   io_uring_prep_recv(e, s.ofd, ps.greet + ps.greet_len, options_.greeting_bytes_max - ps.greet_len,
                      0);
-  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kRecvOwner));
+  io_uring_sqe_set_data64(e, tag(slot, s.owner_epoch, Op::kRecvOwner));
   ++s.inflight;
 }
 
 void Worker::on_recv_owner(uint32_t slot, int res) {
   Session& s = sessions_[slot];
   if (s.close_after_send) return;
+  if (s.state != State::kLogin && s.state != State::kGreeting) return;  // an abandoned login
   if (res == -EAGAIN || res == -EINTR) {
     arm_recv_owner(slot);
     return;
   }
   if (res <= 0) {
+    if (s.state == State::kLogin) {
+      // The node closed before answering the CONNECT (shutting down): the next one checks it.
+      bump(counters_.login_failed);
+      abandon_login(slot);
+      return;
+    }
     bump(counters_.owner_protocol);
+    log_session_end(slot, "owner_closed", {});
     close_with_error(slot, "owner closed the connection",
                      "the owner closed the connection before answering CONNECT");
     return;
@@ -269,6 +375,10 @@ void Worker::on_recv_owner(uint32_t slot, int res) {
   PreludeSlot& ps = preludes_.object(s.prelude_slot);
   ps.greet_len += uint32_t(res);
   session::GreetingResult g = ps.greeting->on_bytes(std::string_view(ps.greet, ps.greet_len));
+  if (s.state == State::kLogin && g.kind != session::GreetingResult::Kind::kNeedMore) {
+    on_login_answer(slot, g);
+    return;
+  }
   switch (g.kind) {
     case session::GreetingResult::Kind::kNeedMore:
       if (ps.greet_len >= options_.greeting_bytes_max) {
@@ -279,6 +389,11 @@ void Worker::on_recv_owner(uint32_t slot, int res) {
       arm_recv_owner(slot);
       return;
     case session::GreetingResult::Kind::kStrip: {
+      if (g.heart_beat_check != session::HeartBeatCheck::kSame) {
+        bump(counters_.heartbeat_mismatch_allowed);
+        log_heart_beat_mismatch(slot, g);
+      }
+      owner_accepted(slot);
       // What came after CONNECTED (a MESSAGE for a replayed SUBSCRIBE) goes to the client
       // before the splice starts.
       std::string_view after(ps.greet + g.consumed, ps.greet_len - g.consumed);
@@ -292,12 +407,20 @@ void Worker::on_recv_owner(uint32_t slot, int res) {
     }
     case session::GreetingResult::Kind::kForwardError:
       bump(counters_.owner_error);
+      if (parts_.logins != nullptr) {
+        parts_.logins->forget(ps.prelude->key().vhost, ps.prelude->login(), ps.prelude->passcode());
+      }
+      log_session_end(slot, "owner_error", g.message);
       send_then_close(slot, g.to_client);
       return;
     case session::GreetingResult::Kind::kProtocolError:
-      bump(counters_.owner_protocol);
-      log_(LogLevel::kWarn, "owner_protocol_error",
-           {{{"node", parts_.router->node_name(s.node)}, {"reason", g.reason}}});
+      if (g.heart_beat_check == session::HeartBeatCheck::kOwnerStricter) {
+        bump(counters_.heartbeat_mismatch_refused);
+        log_heart_beat_mismatch(slot, g);
+      } else {
+        bump(counters_.owner_protocol);
+      }
+      log_session_end(slot, "owner_protocol_error", g.reason);
       send_then_close(slot, g.to_client);
       return;
   }

@@ -17,6 +17,8 @@ std::string_view state_name(State s) {
       return "free";
     case State::kPrelude:
       return "prelude";
+    case State::kLogin:
+      return "login";
     case State::kConnecting:
       return "connecting";
     case State::kReplay:

@@ -103,8 +103,12 @@ class ScriptedRouter final : public engine::Router {
     return target;
   }
   void connect_failed(uint32_t node) override { failed.push_back(node); }
+  void confirm_placement(const session::QueueKey& key, uint32_t node) override {
+    confirmed.emplace_back(std::string(key.queue), node);
+  }
 
   engine::Target target{engine::Target::Kind::kOwner, 7, kOwnerIp, kOwnerPort, {}};
+  std::vector<std::pair<std::string, uint32_t>> confirmed;
   std::string last_queue;
   std::string last_vhost;
   std::vector<uint32_t> failed;

@@ -89,6 +89,10 @@ socket = "{self.socket_path}"
 log_level = "info"
 [listen]
 address = "127.0.0.1:{self.listen_port}"
+[stomp]
+# The spill users here are the gateway's own, unknown to RabbitMQ: with login_check eager the
+# up node would refuse them at CONNECT, before any spill session (README "Spill users").
+login_check = "deferred"
 [health]
 probe = "tcp"
 interval_ms = 300

@@ -69,6 +69,10 @@ void expect_same_settings(const GatewayConfig& a, const GatewayConfig& b) {
   EXPECT_EQ(s.frame_limits.body_bytes_max, t.frame_limits.body_bytes_max);
   EXPECT_EQ(s.frame_timeout_ns, t.frame_timeout_ns);
   EXPECT_EQ(s.prelude_idle_timeout_ns, t.prelude_idle_timeout_ns);
+  EXPECT_EQ(s.login_check, t.login_check);
+  EXPECT_EQ(s.heartbeat_min_ms, t.heartbeat_min_ms);
+  EXPECT_EQ(s.heartbeat_max_ms, t.heartbeat_max_ms);
+  EXPECT_EQ(a.login_cache_ms, b.login_cache_ms);
   EXPECT_EQ(a.sessions_max, b.sessions_max);
   EXPECT_EQ(a.sessions_per_source_max, b.sessions_per_source_max);
   EXPECT_EQ(a.prelude_sessions_max, b.prelude_sessions_max);
@@ -101,6 +105,28 @@ void expect_same_settings(const GatewayConfig& a, const GatewayConfig& b) {
   EXPECT_EQ(a.drain.backoff_max_ms, b.drain.backoff_max_ms);
   EXPECT_EQ(a.drain.connect_timeout_ms, b.drain.connect_timeout_ms);
   EXPECT_EQ(a.drain.receipt_timeout_ms, b.drain.receipt_timeout_ms);
+}
+
+TEST(ConfigStomp, LoginCheckAndHeartBeatsAreReadAndBadValuesNamed) {
+  GatewayConfig c =
+      must_parse(std::string("[stomp]\nlogin_check = \"deferred\"\nlogin_cache_ms = 0\n"
+                             "heartbeat_min_ms = 500\nheartbeat_max_ms = 0\n") +
+                 std::string(kOneNode));
+  EXPECT_EQ(c.session.login_check, session::LoginCheck::kDeferred);
+  EXPECT_EQ(c.login_cache_ms, 0u);
+  EXPECT_EQ(c.session.heartbeat_min_ms, 500u);
+  EXPECT_EQ(c.session.heartbeat_max_ms, 0u);
+  EXPECT_EQ(GatewayConfig{}.session.login_check, session::LoginCheck::kEager);
+  ConfigError e = must_fail("[stomp]\nlogin_check = \"lazy\"\n" + std::string(kOneNode));
+  EXPECT_EQ(e.to_string(), "t.toml:2: stomp.login_check: must be \"eager\" or \"deferred\"");
+  e = must_fail("[stomp]\nheartbeat_min_ms = 20000\nheartbeat_max_ms = 10000\n" +
+                std::string(kOneNode));
+  EXPECT_NE(e.to_string().find("stomp.heartbeat_min_ms: heartbeat_min_ms must not exceed"),
+            std::string::npos)
+      << e.to_string();
+  e = must_fail("[stomp]\nheartbeat_min_ms = 50\n" + std::string(kOneNode));
+  EXPECT_NE(e.to_string().find("t.toml:2: stomp.heartbeat_min_ms"), std::string::npos)
+      << e.to_string();
 }
 
 TEST(ConfigExample, LoadsAndDocumentsTheDefaults) {

@@ -434,14 +434,17 @@ TEST_F(PreludeTest, ByteByByteFeedingGivesTheSameOutcome) {
   EXPECT_EQ(prelude_->key().queue, "x");
 }
 
-TEST_F(PreludeTest, CredentialsAreAvailableUntilTheBindPlanIsTaken) {
+TEST_F(PreludeTest, CredentialsStayRightAfterTheConnectIsRewritten) {
+  // accept-version comes before login and passcode and shrinks: their spans move with them.
   make();
   feed(connect12());
   last(frame("SEND", {{"destination", "/queue/a"}}));
   EXPECT_EQ(prelude_->login(), "alice");
   EXPECT_EQ(prelude_->passcode(), "secret");
-  prelude_->take_bind_plan();
-  EXPECT_FALSE(prelude_->login().has_value());
+  BindPlan plan = prelude_->take_bind_plan();
+  EXPECT_GT(plan.connect_bytes_removed, 0u);
+  EXPECT_EQ(prelude_->login(), "alice");
+  EXPECT_EQ(prelude_->passcode(), "secret");
 }
 
 TEST_F(PreludeTest, BindPlanForcesHeartBeatAndNarrowsAcceptVersion) {
@@ -500,6 +503,140 @@ TEST_F(PreludeTest, EventsAfterTheEndRepeatTheOutcome) {
   EXPECT_EQ(prelude_->next().kind, PreludeEvent::Kind::kClose);
   EXPECT_EQ(prelude_->feed("x", 0), 0u);
   EXPECT_EQ(prelude_->on_time(kNever - 1).kind, PreludeEvent::Kind::kNeedMore);
+}
+
+// ---- login check (login_check eager) and heart-beats ------------------------------------------
+
+class PreludeEagerTest : public PreludeTest {
+ protected:
+  void SetUp() override { config_ = SessionConfig::gateway_defaults(); }
+};
+
+TEST_F(PreludeEagerTest, ConnectAsksForALoginCheckAndWaitsForIt) {
+  make();
+  PreludeEvent e = last(connect12());
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kLogin);
+  EXPECT_EQ(replies_, "");
+  // Frames after the CONNECT wait: nothing binds before a node accepted the login.
+  EXPECT_EQ(last(frame("SEND", {{"destination", "/queue/a"}}, "x")).kind,
+            PreludeEvent::Kind::kNeedMore);
+  // The CONNECT the node gets: version narrowed, heart-beat as the client sent it.
+  EXPECT_EQ(prelude_->connect_frame(), frame("CONNECT", {{"accept-version", "1.2"},
+                                                         {"host", "vh1"},
+                                                         {"login", "alice"},
+                                                         {"passcode", "secret"},
+                                                         {"heart-beat", "10000,20000"}}));
+  EXPECT_FALSE(prelude_->accepted());
+  prelude_->login_accepted(HeartBeat{20000, 10000});
+  EXPECT_TRUE(prelude_->accepted());
+  EXPECT_EQ(prelude_->told_heart_beat(), (HeartBeat{20000, 10000}));
+  EXPECT_EQ(prelude_->heart_beat_intervals(), (HeartBeatIntervals{10000, 20000}));
+  ASSERT_EQ(drain().back().kind, PreludeEvent::Kind::kBind);
+  EXPECT_EQ(prelude_->key().queue, "a");
+  // The bind plan's CONNECT is the one the node already saw.
+  BindPlan plan = prelude_->take_bind_plan();
+  EXPECT_EQ(plan.connect, prelude_->connect_frame());
+  EXPECT_EQ(plan.rest, frame("SEND", {{"destination", "/queue/a"}}, "x"));
+  EXPECT_EQ(prelude_->login(), "alice");
+}
+
+TEST_F(PreludeEagerTest, GatewaysOwnAnswerCarriesTheNegotiatedHeartBeatAndSession) {
+  make();
+  ASSERT_EQ(last(connect12()).kind, PreludeEvent::Kind::kLogin);
+  PreludeEvent e = prelude_->answer_connect("RabbitMQ/3.10.8", "sluice-1");
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kReply);
+  Parsed c = parse_one(e.to_client);
+  EXPECT_EQ(c.command, Command::kConnected);
+  EXPECT_EQ(header_of(c, "version"), "1.2");
+  EXPECT_EQ(header_of(c, "heart-beat"), "20000,10000");  // the client's rates, echoed
+  EXPECT_EQ(header_of(c, "session"), "sluice-1");
+  EXPECT_EQ(header_of(c, "server"), "RabbitMQ/3.10.8");
+  EXPECT_FALSE(prelude_->accepted());
+}
+
+TEST_F(PreludeEagerTest, HeartBeatAnswerIsClampedToTheBounds) {
+  config_.heartbeat_min_ms = 5000;
+  config_.heartbeat_max_ms = 15000;
+  make();
+  ASSERT_EQ(last(frame("CONNECT", {{"accept-version", "1.2"}, {"heart-beat", "100,60000"}})).kind,
+            PreludeEvent::Kind::kLogin);
+  Parsed c = parse_one(prelude_->answer_connect("s", {}).to_client);
+  EXPECT_EQ(header_of(c, "heart-beat"), "15000,5000");
+  EXPECT_EQ(prelude_->heart_beat_intervals(), (HeartBeatIntervals{5000, 60000}));
+}
+
+TEST_F(PreludeEagerTest, Stomp10SessionsKeepNoHeartBeats) {
+  make();
+  ASSERT_EQ(last(frame("CONNECT", {{"heart-beat", "1000,1000"}})).kind, PreludeEvent::Kind::kLogin);
+  Parsed c = parse_one(prelude_->answer_connect("s", {}).to_client, Version::k1_0);
+  EXPECT_EQ(header_of(c, "heart-beat"), "0,0");
+  EXPECT_EQ(prelude_->heart_beat_intervals(), (HeartBeatIntervals{0, 0}));
+}
+
+TEST_F(PreludeEagerTest, DisconnectGetsItsReceiptOnlyWhenANodeAcceptedTheLogin) {
+  make();
+  ASSERT_EQ(last(connect12()).kind, PreludeEvent::Kind::kLogin);
+  prelude_->answer_connect("s", {});  // no node could check it
+  PreludeEvent e = last(frame("DISCONNECT", {{"receipt", "77"}}));
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kClose);
+  EXPECT_EQ(e.end, PreludeEnd::kDisconnect);
+  EXPECT_TRUE(e.to_client.empty());
+
+  make();
+  ASSERT_EQ(last(connect12()).kind, PreludeEvent::Kind::kLogin);
+  prelude_->login_accepted(HeartBeat{});
+  e = last(frame("DISCONNECT", {{"receipt", "77"}}));
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kClose);
+  Parsed r = parse_one(e.to_client);
+  EXPECT_EQ(r.command, Command::kReceipt);
+  EXPECT_EQ(header_of(r, "receipt-id"), "77");
+}
+
+TEST_F(PreludeEagerTest, SilentClientIsClosedAfterTheHeartBeatGrace) {
+  make(0);
+  ASSERT_EQ(last(connect12(), 0).kind, PreludeEvent::Kind::kLogin);
+  // No heart-beat deadline while the login is checked.
+  EXPECT_EQ(prelude_->deadline(), kNever);
+  prelude_->login_accepted(HeartBeat{20000, 10000});  // the client sends every 10 s
+  drain();
+  const Nanos grace = 10000 * kMs * kHeartBeatGraceFactor;
+  EXPECT_EQ(prelude_->deadline(), grace);
+  EXPECT_EQ(prelude_->on_time(grace - 1).kind, PreludeEvent::Kind::kNeedMore);
+  // A heart-beat EOL moves the deadline.
+  EXPECT_EQ(last("\n", grace - 1).kind, PreludeEvent::Kind::kNeedMore);
+  EXPECT_EQ(prelude_->deadline(), 2 * grace - 1);
+  EXPECT_EQ(prelude_->on_time(2 * grace - 2).kind, PreludeEvent::Kind::kNeedMore);
+  PreludeEvent e = prelude_->on_time(2 * grace - 1);
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kClose);
+  EXPECT_EQ(e.end, PreludeEnd::kHeartBeatTimeout);
+  EXPECT_EQ(header_of(parse_one(e.to_client), "message"), "heart-beat timeout");
+}
+
+TEST_F(PreludeTest, ErrorsForAFrameWithAReceiptCarryItsReceiptId) {
+  make();
+  feed(connect12());
+  // An owned prefix with no queue name after it is refused.
+  PreludeEvent e = last(frame("SEND", {{"destination", "/queue/"}, {"receipt", "r-9"}}));
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kClose);
+  Parsed err = parse_one(e.to_client);
+  EXPECT_EQ(err.command, Command::kError);
+  EXPECT_EQ(header_of(err, "receipt-id"), "r-9");
+
+  make();
+  feed(connect12());
+  e = last(frame("CONNECT", {{"receipt", "r-10"}}));
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kClose);
+  EXPECT_EQ(header_of(parse_one(e.to_client), "receipt-id"), "r-10");
+}
+
+TEST_F(PreludeTest, HeartBeatsOnTheReplayTellsTheOwnerWhatTheClientSent) {
+  config_.heartbeat_max_ms = SessionConfig::kHeartBeatMaxMs;
+  make();
+  PreludeEvent e = feed(connect12())[0];
+  ASSERT_EQ(e.kind, PreludeEvent::Kind::kReply);
+  EXPECT_EQ(header_of(parse_one(e.to_client), "heart-beat"), "20000,10000");
+  ASSERT_EQ(last(frame("SEND", {{"destination", "/queue/a"}})).kind, PreludeEvent::Kind::kBind);
+  EXPECT_EQ(header_of(parse_one(prelude_->take_bind_plan().connect), "heart-beat"), "10000,20000");
 }
 
 TEST(SessionConfigTest, ValidateNamesTheBadSetting) {

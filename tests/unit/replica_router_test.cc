@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <memory>
 #include <set>
 #include <string>
@@ -82,9 +84,17 @@ class ReplicaRouterTest : public ::testing::Test {
   std::unique_ptr<ReplicaRouter> router_;
 };
 
-TEST_F(ReplicaRouterTest, UnknownQueueGoesToItsRendezvousNodeAndIsReportedAsPlaced) {
+TEST_F(ReplicaRouterTest, UnknownQueueGoesToItsRendezvousNodeAndIsPlacedOnlyOnceConfirmed) {
   const NodeIndex want = order("orders")[0];
-  ASSERT_NO_FATAL_FAILURE(expect_direct(route("orders"), want, port_of(want)));
+  uring::RouteDecision d = route("orders");
+  ASSERT_NO_FATAL_FAILURE(expect_direct(d, want, port_of(want)));
+  EXPECT_TRUE(d.placement_pending);
+  // Nothing recorded or reported until the owner accepted a session's login.
+  EXPECT_EQ(channel_->to_control.read_available(), 0u);
+  d = route("orders");
+  EXPECT_TRUE(d.placement_pending);
+  EXPECT_EQ(channel_->to_control.read_available(), 0u);
+  router_->confirm_placement(session::QueueKey{"/", "orders", false}, want);
   std::vector<control::WorkerToControl> reports;
   channel_->to_control.pop_some([&](const control::WorkerToControl& m) { reports.push_back(m); },
                                 16);
@@ -94,9 +104,33 @@ TEST_F(ReplicaRouterTest, UnknownQueueGoesToItsRendezvousNodeAndIsReportedAsPlac
   EXPECT_EQ(placed->key.vhost(), "/");
   EXPECT_EQ(placed->key.queue(), "orders");
   EXPECT_EQ(placed->node, want);
-  // Recorded: the second session is not reported again.
-  ASSERT_NO_FATAL_FAILURE(expect_direct(route("orders"), want, port_of(want)));
+  // Recorded: the next session is routed as known and nothing is reported again.
+  d = route("orders");
+  ASSERT_NO_FATAL_FAILURE(expect_direct(d, want, port_of(want)));
+  EXPECT_FALSE(d.placement_pending);
+  router_->confirm_placement(session::QueueKey{"/", "orders", false}, want);
   EXPECT_EQ(channel_->to_control.read_available(), 0u);
+}
+
+TEST_F(ReplicaRouterTest, LoginNodesAreEveryHealthyNodeInTurnAndNoneWhenAllAreDown) {
+  std::vector<uint32_t> seen;
+  for (uint32_t attempt = 0; attempt < nodes_.size(); ++attempt) {
+    uring::RouteDecision d = router_->login_node("/", 12345, attempt);
+    ASSERT_EQ(d.kind, uring::RouteDecision::Kind::kDirect) << attempt;
+    EXPECT_LT(d.node, nodes_.size());
+    seen.push_back(d.node);
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end()) << "a node asked twice";
+  EXPECT_EQ(router_->login_node("/", 12345, uint32_t(nodes_.size())).kind,
+            uring::RouteDecision::Kind::kSpill);
+  // The first choice is the default route's for the same session.
+  EXPECT_EQ(router_->login_node("/", 12345, 0).node,
+            router_->route(session::QueueKey{"/", "x", true}, 12345).node);
+  for (NodeIndex n = 0; n < nodes_.size(); ++n) {
+    ASSERT_NO_FATAL_FAILURE(set_node(n, AdminState::kUp, HealthState::kDown));
+  }
+  EXPECT_EQ(router_->login_node("/", 12345, 0).kind, uring::RouteDecision::Kind::kSpill);
 }
 
 TEST_F(ReplicaRouterTest, OwnerControlChoseIsReachedDirect) {

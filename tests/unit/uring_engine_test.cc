@@ -323,11 +323,34 @@ class FakeRouter final : public Router {
     return routed_;
   }
 
+  // The node that checks logins (login_check eager); none by default: the gateway answers.
+  void set_login_node(sockaddr_in addr, uint32_t node = kOwnerNode) {
+    std::lock_guard<std::mutex> l(mu_);
+    login_ = RouteDecision{RouteDecision::Kind::kDirect, node, addr, {}};
+  }
+  void set_placement_pending(bool pending) {
+    std::lock_guard<std::mutex> l(mu_);
+    decision_.placement_pending = pending;
+  }
+  std::vector<std::pair<std::string, uint32_t>> confirmed() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return confirmed_;
+  }
+
   void poll() override {}
   RouteDecision route(const session::QueueKey& key, uint64_t) override {
     std::lock_guard<std::mutex> l(mu_);
     routed_.emplace_back(std::string(key.vhost), std::string(key.queue));
     return decision_;
+  }
+  // One login node: a second attempt finds none.
+  RouteDecision login_node(std::string_view, uint64_t, uint32_t attempt) override {
+    std::lock_guard<std::mutex> l(mu_);
+    return attempt == 0 ? login_ : RouteDecision{};
+  }
+  void confirm_placement(const session::QueueKey& key, uint32_t node) override {
+    std::lock_guard<std::mutex> l(mu_);
+    confirmed_.emplace_back(std::string(key.queue), node);
   }
   bool owner_up(const session::QueueKey&) override { return owner_up_.load(); }
   void connect_failed(uint32_t node) override {
@@ -343,6 +366,8 @@ class FakeRouter final : public Router {
   RouteDecision decision_;
   std::vector<uint32_t> failed_;
   std::vector<std::pair<std::string, std::string>> routed_;
+  RouteDecision login_;
+  std::vector<std::pair<std::string, uint32_t>> confirmed_;
   std::atomic<bool> owner_up_{false};
 };
 
@@ -1815,6 +1840,251 @@ TEST_P(UringEngineTest, SpillAppendBusyIsRetried) {
   EXPECT_EQ(*receipt, kReceipt);
   EXPECT_EQ(sink_.records().size(), 1u);
   EXPECT_GE(counters().appends_busy.load(), 1u);
+}
+
+// --- Login check (login_check eager), placements, heart-beats -------------------------------
+
+// What a node checking the login gets for kConnect: the version narrowed, heart-beat as sent.
+const std::string kLoginConnect =
+    frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "10000,10000"}});
+
+TEST_P(UringEngineTest, EagerLoginAnswersWithTheNodesConnectedAndKeepsItsConnection) {
+  config_ = session::SessionConfig::gateway_defaults();
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_login_node(owner_.addr());
+  router_.set_direct(owner_.addr());
+  router_.set_placement_pending(true);
+  Conn c = client();
+  ASSERT_TRUE(c.send_all(kConnect));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o) << "no login check reached the node";
+  std::optional<std::string> got = o->read_exact(kLoginConnect.size());
+  ASSERT_TRUE(got) << "node got: " << o->buffer();
+  EXPECT_EQ(*got, kLoginConnect);
+  // Nothing reaches the client before the node answered, and nothing is placed.
+  EXPECT_TRUE(c.quiet_for(50ms));
+  ASSERT_TRUE(o->send_all(kOwnerConnected));
+  std::optional<std::string> connected = c.read_frame();
+  ASSERT_TRUE(connected) << "client got: " << c.buffer();
+  EXPECT_EQ(*connected, kOwnerConnected);  // the node's own, byte for byte
+  EXPECT_TRUE(router_.confirmed().empty());
+
+  // The node owns the destination: the same connection carries the session, no CONNECT again.
+  ASSERT_TRUE(c.send_all(kSend));
+  got = o->read_exact(kSend.size());
+  ASSERT_TRUE(got) << "node got: " << o->buffer();
+  EXPECT_EQ(*got, kSend);
+  ASSERT_TRUE(wait_until(kWait, [&] { return counters().splicing.load() == 1; }));
+  ASSERT_TRUE(o->send_all(kReceipt));
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << "client got: " << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  EXPECT_FALSE(owner_.accept(100ms)) << "a second connection to the node";
+  EXPECT_EQ(counters().login_accepted.load(), 1u);
+  EXPECT_EQ(counters().login_conn_kept.load(), 1u);
+  const auto confirmed = router_.confirmed();
+  ASSERT_EQ(confirmed.size(), 1u);
+  EXPECT_EQ(confirmed[0], (std::pair<std::string, uint32_t>{"q1", kOwnerNode}));
+}
+
+TEST_P(UringEngineTest, EagerLoginRefusedForwardsTheNodesErrorAndRoutesNothing) {
+  config_ = session::SessionConfig::gateway_defaults();
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_login_node(owner_.addr());
+  router_.set_direct(owner_.addr());
+  router_.set_placement_pending(true);
+  Conn c = client();
+  // The client sends its SEND at once, without waiting for CONNECTED.
+  ASSERT_TRUE(c.send_all(kConnect + kSend));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  ASSERT_TRUE(o->read_exact(kLoginConnect.size())) << o->buffer();
+  const std::string refused =
+      frame("ERROR", {{"message", "Bad CONNECT"}, {"content-type", "text/plain"}},
+            "Access refused for user 'guest'");
+  ASSERT_TRUE(o->send_all(refused));
+  std::optional<std::string> got = c.read_frame();
+  ASSERT_TRUE(got) << "client got: " << c.buffer();
+  EXPECT_EQ(*got, refused);
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  // The SEND behind it never reached the node, never was routed, and nothing was placed.
+  EXPECT_EQ(o->wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(o->buffer().empty()) << o->buffer();
+  EXPECT_TRUE(router_.routed().empty());
+  EXPECT_TRUE(router_.confirmed().empty());
+  EXPECT_EQ(counters().login_refused.load(), 1u);
+  EXPECT_EQ(counters().prelude_end[size_t(session::PreludeEnd::kLoginRefused)].load(), 1u);
+}
+
+TEST_P(UringEngineTest, EagerLoginOnAnotherNodeBindsToTheOwnerWithAFreshReplay) {
+  config_ = session::SessionConfig::gateway_defaults();
+  FakeOwner login_node;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_login_node(login_node.addr(), kOwnerNode + 1);
+  router_.set_direct(owner_.addr());
+  Conn c = client();
+  ASSERT_TRUE(c.send_all(kConnect));
+  std::optional<Conn> l = login_node.accept();
+  ASSERT_TRUE(l);
+  ASSERT_TRUE(l->read_exact(kLoginConnect.size())) << l->buffer();
+  ASSERT_TRUE(l->send_all(kOwnerConnected));
+  ASSERT_TRUE(c.read_frame());
+  ASSERT_TRUE(c.send_all(kSend));
+  // The login node's connection closes; the owner gets the whole replay and its CONNECTED is
+  // stripped.
+  EXPECT_EQ(l->wait_end(), Conn::End::kEof);
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  std::optional<std::string> got = o->read_exact(kLoginConnect.size() + kSend.size());
+  ASSERT_TRUE(got) << o->buffer();
+  EXPECT_EQ(*got, kLoginConnect + kSend);
+  ASSERT_TRUE(o->send_all(kOwnerConnected + kReceipt));
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+  EXPECT_EQ(counters().login_conn_closed.load(), 1u);
+}
+
+TEST_P(UringEngineTest, LoginNodeThatNeverAnswersLeavesTheGatewayToAnswer) {
+  config_ = session::SessionConfig::gateway_defaults();
+  options_.connect_timeout_ms = 300;
+  FakeOwner silent;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_login_node(silent.addr(), kOwnerNode + 1);
+  router_.set_direct(owner_.addr());
+  Conn c = client();
+  ASSERT_TRUE(c.send_all(kConnect));
+  std::optional<Conn> l = silent.accept();
+  ASSERT_TRUE(l);
+  std::optional<std::string> connected = c.read_frame(3000ms);
+  ASSERT_TRUE(connected) << c.buffer();
+  EXPECT_EQ(header_of(*connected, "server")->rfind("sluice/", 0), 0u) << *connected;
+  EXPECT_EQ(l->wait_end(), Conn::End::kEof);
+  EXPECT_EQ(counters().login_failed.load(), 1u);
+  EXPECT_EQ(router_.failed(), std::vector<uint32_t>{kOwnerNode + 1});
+  // The session goes on to its owner, which checks the login at the replay.
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  ASSERT_TRUE(o->read_exact(kLoginConnect.size() + kSend.size())) << o->buffer();
+  ASSERT_TRUE(o->send_all(kOwnerConnected + kReceipt));
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << c.buffer();
+  EXPECT_EQ(*receipt, kReceipt);
+}
+
+TEST_P(UringEngineTest, CachedLoginIsAnsweredWithoutAskingANode) {
+  config_ = session::SessionConfig::gateway_defaults();
+  struct OneLogin final : LoginCache {
+    std::optional<std::string_view> find(std::string_view vhost,
+                                         std::optional<std::string_view> login,
+                                         std::optional<std::string_view>, Nanos) override {
+      ++finds;
+      if (vhost == "/" && !login) return std::string_view("RabbitMQ/3.10.8");
+      return std::nullopt;
+    }
+    void remember(std::string_view, std::optional<std::string_view>,
+                  std::optional<std::string_view>, std::string_view, Nanos) override {}
+    void forget(std::string_view, std::optional<std::string_view>,
+                std::optional<std::string_view>) override {}
+    std::atomic<int> finds{0};
+  } cache;
+  std::vector<WorkerParts> parts{WorkerParts{&router_, &sink_, &hooks_, &cache}};
+  std::string error;
+  engine_ = Engine::open(options_, config_, std::move(parts), nullptr_log(), &error);
+  ASSERT_TRUE(engine_) << error;
+  engine_->start();
+  router_.set_login_node(owner_.addr());
+  Conn c = client();
+  ASSERT_TRUE(c.send_all(kConnect));
+  std::optional<std::string> connected = c.read_frame();
+  ASSERT_TRUE(connected) << c.buffer();
+  EXPECT_EQ(header_of(*connected, "server"), "RabbitMQ/3.10.8");
+  EXPECT_EQ(header_of(*connected, "heart-beat"), "10000,10000");
+  ASSERT_TRUE(header_of(*connected, "session"));
+  EXPECT_FALSE(owner_.accept(100ms)) << "the node was asked although the login was cached";
+  EXPECT_EQ(counters().login_cached.load(), 1u);
+  EXPECT_EQ(cache.finds.load(), 1);
+  // A node accepted this login before: the session counts as accepted.
+  ASSERT_TRUE(c.send_all(frame("DISCONNECT", {{"receipt", "bye"}})));
+  std::optional<std::string> receipt = c.read_frame();
+  ASSERT_TRUE(receipt) << c.buffer();
+  EXPECT_EQ(header_of(*receipt, "receipt-id"), "bye");
+}
+
+TEST_P(UringEngineTest, PlacementIsConfirmedOnlyWhenTheOwnerAcceptsTheReplay) {
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  router_.set_placement_pending(true);
+  // Refused by the owner: nothing placed.
+  Conn c;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+  ASSERT_TRUE(c.send_all(kSend));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o);
+  ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
+  ASSERT_TRUE(o->send_all(frame("ERROR", {{"message", "Bad CONNECT"}})));
+  ASSERT_TRUE(c.read_frame());
+  EXPECT_EQ(c.wait_end(), Conn::End::kEof);
+  EXPECT_TRUE(router_.confirmed().empty());
+  // Accepted: placed.
+  Conn c2;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&c2));
+  ASSERT_TRUE(c2.send_all(kSend));
+  std::optional<Conn> o2 = owner_.accept();
+  ASSERT_TRUE(o2);
+  ASSERT_TRUE(o2->read_exact(kReplayedConnect.size() + kSend.size()));
+  ASSERT_TRUE(o2->send_all(kOwnerConnected));
+  ASSERT_TRUE(wait_until(kWait, [&] { return router_.confirmed().size() == 1; }));
+  EXPECT_EQ(counters().placements_confirmed.load(), 1u);
+}
+
+// Heart-beats the gateway keeps while it speaks for the session: 300 ms both ways.
+const std::string kBeatingConnect =
+    frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "300,300"}});
+
+TEST_P(UringEngineTest, PreludeSendsHeartBeatsAndClosesAClientThatSendsNone) {
+  config_.heartbeat_min_ms = 100;
+  config_.heartbeat_max_ms = session::SessionConfig::kHeartBeatMaxMs;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  Conn c = client();
+  ASSERT_TRUE(c.send_all(kBeatingConnect));
+  std::optional<std::string> connected = c.read_frame();
+  ASSERT_TRUE(connected) << c.buffer();
+  EXPECT_EQ(header_of(*connected, "heart-beat"), "300,300");
+  // The client beats for a second (reading meanwhile): the session stays, and the gateway's
+  // beats arrive, nothing else.
+  for (int i = 0; i < 5; ++i) {
+    (void)c.quiet_for(200ms);
+    ASSERT_TRUE(c.send_all("\n"));
+  }
+  EXPECT_GE(std::count(c.buffer().begin(), c.buffer().end(), '\n'), 2) << c.buffer();
+  EXPECT_EQ(c.buffer().find_first_not_of('\n'), std::string::npos) << c.buffer();
+  EXPECT_GE(counters().heartbeats_sent.load(), 2u);
+  EXPECT_EQ(active(), 1u);
+  // Then it stops: closed within twice its interval (and a scan).
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_EQ(c.wait_end(3000ms), Conn::End::kEof) << c.buffer();
+  const auto after = std::chrono::steady_clock::now() - stopped;
+  EXPECT_LT(after, 1500ms);
+  EXPECT_NE(c.buffer().find("message:heart-beat timeout"), std::string::npos) << c.buffer();
+  EXPECT_EQ(counters().prelude_end[size_t(session::PreludeEnd::kHeartBeatTimeout)].load(), 1u);
+}
+
+TEST_P(UringEngineTest, SpillSessionClosesAClientThatStopsItsHeartBeats) {
+  config_.heartbeat_min_ms = 100;
+  config_.heartbeat_max_ms = session::SessionConfig::kHeartBeatMaxMs;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  Conn c = client();
+  ASSERT_TRUE(c.send_all(kBeatingConnect + kSend));
+  std::optional<std::string> connected = c.read_frame();
+  ASSERT_TRUE(connected) << c.buffer();
+  ASSERT_TRUE(wait_until(kWait, [&] { return counters().spilling.load() == 1; }));
+  ASSERT_EQ(c.wait_end(3000ms), Conn::End::kEof) << c.buffer();
+  EXPECT_NE(c.buffer().find("message:heart-beat timeout"), std::string::npos) << c.buffer();
+  EXPECT_EQ(counters().spill_end[size_t(session::SpillEnd::kHeartBeatTimeout)].load(), 1u);
+  EXPECT_GE(counters().heartbeats_sent.load(), 1u);
 }
 
 }  // namespace

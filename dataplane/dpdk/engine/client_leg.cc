@@ -239,6 +239,14 @@ void Lcore::prelude_events(Flow& fl) {
         if (!inject(fl, e.to_client)) return;
         send_injected(fl, false);
         continue;
+      case session::PreludeEvent::Kind::kLogin: {
+        // The lcore runs with login_check deferred (its config), so this is not reached; were
+        // it, the gateway answers as deferred does.
+        const session::PreludeEvent r = s.prelude->answer_connect(config_.session.server, {});
+        if (!inject(fl, r.to_client)) return;
+        send_injected(fl, false);
+        continue;
+      }
       case session::PreludeEvent::Kind::kBind:
         bind(fl);
         return;

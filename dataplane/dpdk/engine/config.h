@@ -101,6 +101,8 @@ struct Target {
   uint32_t ip = 0;
   uint16_t port = 0;
   std::string_view message;  // kRefuse
+  // kOwner for a queue the table does not hold yet: confirm_placement() once the owner accepts.
+  bool placement_pending = false;
 };
 
 // The lcore's view of control's decisions. Called on the lcore only.
@@ -110,6 +112,8 @@ class Router {
   virtual Target route(const session::QueueKey& key, uint64_t session_hash) = 0;
   // The owner's SYN was refused or not answered (passive health).
   virtual void connect_failed(uint32_t node) = 0;
+  // The owner of a kOwner target with placement_pending answered CONNECTED: record it.
+  virtual void confirm_placement(const session::QueueKey& key, uint32_t node) = 0;
 };
 
 }  // namespace sluice::dpdk::engine

@@ -152,6 +152,8 @@ struct FlowDestination {
   uint64_t flow_id = 0;
   std::string vhost;
   std::string queue;
+  bool default_route = false;
+  bool placement_pending = false;  // recorded once the owner answers the replay with CONNECTED
 };
 
 }  // namespace sluice::dpdk::engine::detail

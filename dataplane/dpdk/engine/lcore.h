@@ -54,7 +54,7 @@ struct LcoreCounters {
   uint64_t duplicates = 0;    // segments wholly before rcv_nxt (re-acknowledged)
   uint64_t retransmits = 0;   // segments the gateway sent again
   uint64_t retransmit_giveups = 0;
-  std::array<uint64_t, 9> prelude_ends{};  // by session::PreludeEnd
+  std::array<uint64_t, session::kPreludeEndCount> prelude_ends{};  // by session::PreludeEnd
   uint64_t binds_owner = 0;
   uint64_t binds_spill = 0;
   uint64_t binds_refused = 0;

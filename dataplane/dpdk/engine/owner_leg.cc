@@ -32,6 +32,8 @@ void Lcore::bind(Flow& fl) {
   destination.flow_id = fl.id;
   destination.vhost.assign(key.vhost);  // the strings keep their capacity from flow to flow
   destination.queue.assign(key.queue);
+  destination.default_route = key.default_route;
+  destination.placement_pending = t.kind == Target::Kind::kOwner && t.placement_pending;
   const session::BindPlan plan = s.prelude->take_bind_plan();
   const uint32_t connect_bytes = uint32_t(plan.connect.size());
   const uint32_t connect_end = connect_bytes + plan.connect_bytes_removed;
@@ -292,6 +294,11 @@ void Lcore::greeting_bytes(Flow& fl, Frame* f, net::Packet& p) {
     case session::GreetingResult::Kind::kStrip: {
       const uint32_t g = uint32_t(r.consumed);
       fl.greeting_done = true;
+      if (detail::FlowDestination& d = destinations_[index_of(fl)];
+          d.flow_id == fl.id && d.placement_pending) {
+        d.placement_pending = false;
+        router_.confirm_placement(session::QueueKey{d.vhost, d.queue, d.default_route}, fl.node);
+      }
       fl.o_rcv_nxt = fl.owner_isn + 1 + g;
       const bool edited = fl.o2c.add(splice::SeqEdit{fl.owner_isn + 1, g, s.injected_bytes});
       SLUICE_ASSERT(edited);
