@@ -54,9 +54,10 @@ Options options_from(uint8_t b) {
   return Options{b & 3u, (b & 4u) != 0, (b >> 3) & 3u, (b & 32u) != 0, Durability(b >> 6)};
 }
 
-const ss::SessionConfig& config_for(const Options& o) {
-  static const std::array<ss::SessionConfig, 8> configs = [] {
-    std::array<ss::SessionConfig, 8> c;
+// `eager`: the login checked by a node (kLogin) and heart-beats on, as sluiced runs by default.
+const ss::SessionConfig& config_for(const Options& o, bool eager) {
+  static const std::array<ss::SessionConfig, 16> configs = [] {
+    std::array<ss::SessionConfig, 16> c;
     for (size_t i = 0; i < c.size(); ++i) {
       ss::VersionSet v;
       switch (i & 3u) {
@@ -83,11 +84,16 @@ const ss::SessionConfig& config_for(const Options& o) {
         c[i].frame_limits.header_line_bytes_max = 64;
         c[i].frame_limits.body_bytes_max = 128;
       }
+      if (i & 8u) {
+        c[i].login_check = ss::LoginCheck::kEager;
+        c[i].heartbeat_min_ms = 100;
+        c[i].heartbeat_max_ms = 60'000;
+      }
       if (!c[i].validate().empty()) __builtin_trap();
     }
     return c;
   }();
-  return configs[(o.small ? 4u : 0u) | o.versions];
+  return configs[(eager ? 8u : 0u) | (o.small ? 4u : 0u) | o.versions];
 }
 
 // Small spill limits so that the pending-receipt, transaction-count and transaction-size limits
@@ -172,12 +178,28 @@ class PreludeRun {
 
   ss::Prelude& prelude() { return prelude_; }
   std::span<char> buffer() { return buffer_; }
+  // The buffer as it was before a login check rewrote the CONNECT (empty without one).
+  const std::string& before_login() const { return before_login_; }
   size_t offered() const { return offered_; }
 
  private:
   ss::PreludeEvent drain() {
     for (size_t i = 0; i <= kRepliesPerNextMax; ++i) {
       ss::PreludeEvent ev = prelude_.next();
+      if (ev.kind == ss::PreludeEvent::Kind::kLogin) {
+        if (config_.login_check != ss::LoginCheck::kEager) __builtin_trap();
+        // The node's CONNECT is the replay's (rewritten in place: keep what came first); a
+        // node accepts it or the gateway answers.
+        before_login_.assign(buffer_.data(), prelude_.buffered_bytes());
+        if (prelude_.connect_frame().empty()) __builtin_trap();
+        if (rng_.below(2) == 0) {
+          prelude_.login_accepted(ss::HeartBeat{uint32_t(rng_.below(3000)), uint32_t(rng_.below(3000))});
+          if (!prelude_.accepted()) __builtin_trap();
+          continue;
+        }
+        ev = prelude_.answer_connect("node/1", "s-1", rng_.below(2) == 0);
+        if (ev.kind != ss::PreludeEvent::Kind::kReply) __builtin_trap();
+      }
       if (ev.kind != ss::PreludeEvent::Kind::kReply) return ev;
       // The only reply before a bind is CONNECTED in the agreed version.
       if (expect_frames(ev.to_client, prelude_.version(), {ss::Command::kConnected}) != 1) {
@@ -202,7 +224,7 @@ class PreludeRun {
     // on_time closes exactly when the deadline has passed.
     if ((ev.kind == ss::PreludeEvent::Kind::kClose) != (now_ >= deadline)) __builtin_trap();
     if (ev.kind == ss::PreludeEvent::Kind::kClose && ev.end != ss::PreludeEnd::kFrameTimeout &&
-        ev.end != ss::PreludeEnd::kIdleTimeout) {
+        ev.end != ss::PreludeEnd::kIdleTimeout && ev.end != ss::PreludeEnd::kHeartBeatTimeout) {
       __builtin_trap();
     }
     return ev;
@@ -221,6 +243,7 @@ class PreludeRun {
 
   const Session& s_;
   const ss::SessionConfig& config_;
+  std::string before_login_;
   std::vector<char> buffer_;
   ss::Prelude prelude_;
   Rng rng_;
@@ -355,27 +378,44 @@ void check_bind(const Session& s, const ss::SessionConfig& config, PreludeRun& r
   const std::string rest(p.after_connect());
   const size_t connect_end = size_t(p.after_connect().data() - buf.data());
   size_t connect_begin = 0;
+  const std::string_view as_sent =
+      run.before_login().empty() ? std::string_view(buf.data(), connect_end)
+                                 : std::string_view(run.before_login()).substr(0, connect_end);
   std::optional<std::string> original =
-      first_frame(std::string_view(buf.data(), connect_end), config.frame_limits, &connect_begin);
+      first_frame(as_sent, config.frame_limits, &connect_begin);
   if (!original || connect_begin + original->size() != connect_end) __builtin_trap();
   const HeaderList before = headers_of(*original, config.frame_limits, p.version());
 
+  const std::optional<std::string> login(p.login()), passcode(p.passcode());
   const ss::BindPlan plan = p.take_bind_plan();
-  if (p.login() || p.passcode()) __builtin_trap();  // credentials are gone with the plan
+  // The rewrite moves the credentials with their lines: they read as the client sent them.
+  if (std::optional<std::string>(p.login()) != login) __builtin_trap();
+  if (std::optional<std::string>(p.passcode()) != passcode) __builtin_trap();
+  auto sent = [&](std::string_view name) -> std::optional<std::string> {
+    for (const auto& [n, v] : before.kept)
+      if (n == name) return v;
+    return std::nullopt;
+  };
+  if (login != sent("login") || passcode != sent("passcode")) __builtin_trap();
   if (plan.connect.data() != buf.data() || plan.connect.size() > original->size()) {
     __builtin_trap();
   }
   if (plan.rest.data() != buf.data() + connect_end || plan.rest != rest) __builtin_trap();
   if (plan.connect_bytes_removed != connect_end - plan.connect.size()) __builtin_trap();
 
-  // One CONNECT or STOMP: heart-beat forced to 0,0 and accept-version narrowed to the agreed
-  // version (each at most once, present when the client's was), every other header unchanged.
+  // One CONNECT or STOMP: heart-beat forced to 0,0 when heart-beats are off (else kept as sent)
+  // and accept-version narrowed to the agreed version (each at most once, present when the
+  // client's was), every other header unchanged.
   const HeaderList after = headers_of(plan.connect, config.frame_limits, p.version());
   if (after.command != before.command || after.kept != before.kept || after.body_size != 0) {
     __builtin_trap();
   }
-  if (after.heart_beats.size() != (before.heart_beats.empty() ? 0u : 1u)) __builtin_trap();
-  if (!after.heart_beats.empty() && after.heart_beats[0] != "0,0") __builtin_trap();
+  if (config.heartbeat_max_ms == 0) {
+    if (after.heart_beats.size() != (before.heart_beats.empty() ? 0u : 1u)) __builtin_trap();
+    if (!after.heart_beats.empty() && after.heart_beats[0] != "0,0") __builtin_trap();
+  } else if (after.heart_beats != before.heart_beats) {
+    __builtin_trap();
+  }
   if (after.accept_versions.size() != (before.accept_versions.empty() ? 0u : 1u)) {
     __builtin_trap();
   }
@@ -497,7 +537,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2 || size - 2 > kStreamBytesMax) return 0;
   const Session s{std::string_view(reinterpret_cast<const char*>(data) + 2, size - 2),
                   options_from(data[0]), data[1]};
-  const ss::SessionConfig& config = config_for(s.options);
+  const ss::SessionConfig& config = config_for(s.options, (data[1] & 0x80u) != 0);
 
   // Owner reachable: replay the rewritten CONNECT and read the owner's greeting.
   PreludeRun first(s, config);

@@ -10,6 +10,8 @@
     available, reconnect", and every receipted message is delivered once, in producer order;
 (d) sluiced killed with SIGKILL while spilling and restarted on the same state: every receipted
     message is delivered once the owner is back;
+(k) heart-beats negotiated end to end: a client that stops beating is closed by the gateway in
+    the prelude within twice its interval, and by RabbitMQ once spliced, as directly;
 (e) STOMP 1.0, 1.1 and 1.2 clients, CRLF frames, binary bodies with content-length, receipts on
     every frame type, and a node's ERROR on bad credentials forwarded byte for byte at CONNECT.
 The gateway of (a), (b), (e) and the reload case parks every idle spliced session
@@ -40,6 +42,7 @@ MESSAGES = 5
 PRODUCER_SECONDS_DOWN = 3.0  # (c): producing while the owner is down
 PRODUCER_SECONDS_AFTER = 2.0  # (c): producing after every producer was told to reconnect
 PRODUCER_MESSAGES_MAX = 2000
+HEARTBEAT_BOUND_S = 15  # a client that stopped its heart-beats must be closed by then
 PRODUCER_INTERVAL_S = 0.02  # between two SENDs: about 50 per second per producer
 RECEIPT_TIMEOUT_S = 10
 DRAIN_TIMEOUT_S = 60
@@ -425,6 +428,72 @@ class Run:
         say(f"ok (e): bad credentials: the owner's ERROR (message: "
             f"{via.headers.get('message')!r}) forwarded byte for byte")
 
+    # -- (k) heart-beats -------------------------------------------------------------------------
+
+    def silent_after(self, r, what):
+        """Reads from r until EOF (bounded): (seconds from now to the close, bytes read)."""
+        t0 = time.monotonic()
+        got = b""
+        deadline = t0 + HEARTBEAT_BOUND_S
+        while not r.eof:
+            check(time.monotonic() < deadline,
+                  f"{what}: still open {HEARTBEAT_BOUND_S} s after the client fell silent")
+            r._fill(deadline)
+            got += r.buf
+            r.buf = b""
+        return time.monotonic() - t0, got
+
+    def case_heart_beats(self):
+        """heart-beat 1000,1000 negotiated end to end; a client that stops beating is closed by
+        the gateway in the prelude (twice its interval) and by the owner once spliced."""
+        gw = self.gw
+        beating = connect_frame(self.login, self.passcode).replace(b"heart-beat:0,0",
+                                                                   b"heart-beat:1000,1000")
+        ends = 'sluice_prelude_ends_total{reason="heartbeat_timeout"}'
+        before = self.metric_sum(ends)
+        # Prelude: CONNECTED (the node's, heart-beat 1000,1000), then silence from the client.
+        r = RawStomp(gw.port)
+        try:
+            r.send(beating)
+            f = r.read_frame()
+            check(f and f.command == "CONNECTED" and f.headers.get("heart-beat") == "1000,1000",
+                  f"heart-beats: expected CONNECTED with heart-beat 1000,1000, got {f}")
+            prelude_took, got = self.silent_after(r, "a silent client in the prelude")
+        finally:
+            r.close()
+        check(b"message:heart-beat timeout" in got and got.count(b"\n\n") >= 1,
+              f"a silent client in the prelude got {got!r}")
+        beats = len(got) - len(got.lstrip(b"\n"))
+        check(beats >= 1, f"no heart-beat from the gateway before the close: {got!r}")
+        check(1.5 <= prelude_took <= 2.5, f"the prelude closed a silent client after "
+              f"{prelude_took:.1f} s (its interval 1 s, grace 2 s)")
+        check(self.metric_sum(ends) == before + 1, "the prelude's heartbeat_timeout end")
+        # Spliced: the owner's own heart-beats pass through, and the owner closes a client that
+        # stopped sending its own, as it does directly.
+        q = self.queue_name("k-beats")
+        sub = frame("SUBSCRIBE", [("destination", "/queue/" + q), ("id", "s1"),
+                                  ("receipt", "r-sub")])
+        closes = {}
+        for side, port in (("direct", self.cluster.nodes[0]["stomp_port"]), ("through", gw.port)):
+            r = RawStomp(port)
+            try:
+                r.send(beating + sub)
+                f = r.read_frame()
+                check(f and f.command == "CONNECTED", f"{side}: expected CONNECTED, got {f}")
+                f = r.read_frame()
+                check(f and f.command == "RECEIPT", f"{side}: expected the RECEIPT, got {f}")
+                closes[side] = self.silent_after(r, f"a silent spliced client ({side})")
+            finally:
+                r.close()
+        for side, (took, got) in closes.items():
+            check(got.count(b"\n") >= 1 and took >= 1.0,
+                  f"{side}: closed after {took:.1f} s with {got!r}")
+        check(self.metric_sum(ends) == before + 1,
+              "the gateway closed a spliced session for heart-beats: the owner must")
+        say(f"ok (k): heart-beat 1000,1000 end to end; a silent client closed by the gateway "
+            f"{prelude_took:.1f} s into the prelude; spliced, by RabbitMQ after "
+            f"{closes['through'][0]:.1f} s (directly {closes['direct'][0]:.1f} s)")
+
     # -- (c) owner down and back --------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -571,10 +640,11 @@ interval_ms = 500
 timeout_ms = 400
 """
         # $SLUICE_GW_CASES (e.g. "cd") runs some of the cases only, to debug one.
-        selected = os.environ.get("SLUICE_GW_CASES", "abhecd")
+        selected = os.environ.get("SLUICE_GW_CASES", "abhekcd")
         t = time.monotonic()
         direct = [(n, c) for n, c in (("a", self.case_placed), ("b", self.case_learned),
-                                      ("h", self.case_reload), ("e", self.case_protocol))
+                                      ("h", self.case_reload), ("e", self.case_protocol),
+                                      ("k", self.case_heart_beats))
                   if n in selected]
         if direct:
             # Every idle spliced session is parked (limits.park_sessions_above = 0), so that

@@ -174,6 +174,37 @@ node = "dead"
         finally:
             r.close()
 
+    def silent_spill_client(self):
+        """A spill session whose client negotiated heart-beats and then sends nothing is closed
+        by the gateway within twice the client's interval."""
+        r = RawStomp(self.listen_port)
+        try:
+            r.send(connect_frame("early", "early-pw", extra=()).replace(
+                b"heart-beat:0,0", b"heart-beat:1000,1000") +
+                frame("SEND", [("destination", "/queue/" + self.down_queue),
+                               ("receipt", "hb1")], b"beating"))
+            f = r.read_frame()
+            check(f is not None and f.command == "CONNECTED"
+                  and f.headers.get("heart-beat") == "1000,1000", f"expected CONNECTED, got {f}")
+            f = r.read_frame()
+            check(f is not None and f.command == "RECEIPT", f"expected the RECEIPT, got {f}")
+            t0 = time.monotonic()  # the client's last byte went out before the RECEIPT came
+            f = r.read_frame(timeout_s=HEARTBEAT_BOUND_S)
+            took = time.monotonic() - t0
+            check(f is not None and f.command == "ERROR"
+                  and f.headers.get("message") == "heart-beat timeout",
+                  f"a silent spill client got {f} after {took:.1f} s")
+            r.wait_closed(5)
+            check(1.5 <= took <= 2 * 1.0 + 0.5,
+                  f"closed {took:.1f} s after its last byte (grace 2 s)")
+        finally:
+            r.close()
+        key = 'sluice_spill_session_ends_total{reason="heartbeat_timeout"}'
+        ends = self.ctl_json("metrics").get(key)
+        check(ends == 1, f"{key} is {ends}")
+        print(f"spill in sluiced: a silent client of a spill session closed {took:.1f} s after "
+              f"its last byte (heart-beat 1000,1000)")
+
     def users_file_reload(self):
         """A spill user added to the users file while sluiced runs can spill after a reload."""
         f = self.spill_send("late", "late-pw")
@@ -322,11 +353,15 @@ node = "dead"
               and 'sluice_spill_refusals_total{reason="spill_full"}' in m
               and "sluice_spill_batches_direct_total" in m, f"metrics: {m}")
         self.users_file_reload()
+        self.silent_spill_client()
         self.stop()
         self.cluster.delete_queue("/", self.up_queue)
         print(f"spill in sluiced: {DELIVERED} recovered messages delivered to RabbitMQ in order "
               f"({paced} while paced at one a second, the rest once the rate was raised live), "
               f"{WAITING} waiting for a dead owner shown, drained on request and purged")
+
+
+HEARTBEAT_BOUND_S = 10  # a silent client must be closed by then
 
 
 def main():
