@@ -184,7 +184,7 @@ def parse_args(argv):
         # bulk also runs the floor of any splicing proxy (bench/splice_relay), shown beside the
         # acceptance table; the other scenarios do not need it
         a.arrangements.append("relay")
-    if "sluiced" in a.arrangements and not have_sluiced:
+    if any(x.startswith("sluiced") for x in a.arrangements) and not have_sluiced:
         p.error(f"sluiced arrangement: no sluiced or sluicectl found in {build} (pass --sluiced "
                 "PATH --sluicectl PATH)")
     if "relay" in a.arrangements and a.splice_relay is None:

@@ -193,6 +193,9 @@ class Sluiced:
     name = "sluiced"
     binary = None
     sluicectl = None
+    # [stomp] login_cache_ms: sluiced's default (a login the sink accepted answers the same
+    # login's next CONNECTs for a minute: the warm cache of a returning client).
+    login_cache_ms = 60_000
 
     def __init__(self, procs, sink, cpus, log_dir, options=None):
         options = options or {}
@@ -213,7 +216,8 @@ class Sluiced:
             f.write(SLUICED_CONFIG.format(workers=THREADS,
                                           state_dir=os.path.join(self.dir, "state"),
                                           port=self.port, socket=self.socket,
-                                          owner_port=owner_port, sessions=sessions))
+                                          owner_port=owner_port, sessions=sessions,
+                                          login_cache_ms=self.login_cache_ms))
         self.config = config
         cmd = pinned([self.binary, "--config", config], cpus)
         self.commands = [cmd]
@@ -276,6 +280,10 @@ address = "127.0.0.1:{port}"
 socket = "{socket}"
 log_level = "info"
 
+[stomp]
+login_check = "eager"
+login_cache_ms = {login_cache_ms}
+
 [limits]
 sessions_max = {sessions}
 sessions_per_source_max = {sessions}
@@ -319,9 +327,18 @@ class Relay:
         self.pids = [self.proc.pid]
 
 
+class SluicedCold(Sluiced):
+    """sluiced with the login cache off: every CONNECT is checked by the sink (the node) before
+    the gateway answers, the cold cache of clients never seen."""
+
+    name = "sluiced-cold"
+    login_cache_ms = 0
+
+
 ARRANGEMENTS = {
     "direct": Direct,
     "haproxy": HAProxy,
     "sluiced": Sluiced,
+    "sluiced-cold": SluicedCold,
     "relay": Relay,
 }
