@@ -285,7 +285,7 @@ void read_health(const Table& root, GatewayConfig* c) {
 }
 
 void read_placement(const Table& root, GatewayConfig* c) {
-  std::optional<Table> t = root.table("placement", {"policy"});
+  std::optional<Table> t = root.table("placement", {"policy", "placements_per_source_per_minute"});
   if (!t) return;
   if (auto v = t->string("policy")) {
     if (std::optional<PlacementPolicy> p = parse_placement_policy(*v)) {
@@ -293,6 +293,9 @@ void read_placement(const Table& root, GatewayConfig* c) {
     } else {
       t->fail_at("policy", "must be \"rendezvous\" or \"least-queues\"");
     }
+  }
+  if (auto v = t->integer("placements_per_source_per_minute", 0, 1'000'000)) {
+    c->placements_per_source_per_minute = uint32_t(*v);
   }
 }
 

@@ -149,6 +149,8 @@ struct GatewayConfig {
   // How long a login a node accepted answers the same (vhost, login, passcode) without asking a
   // node again (stomp.login_cache_ms; 0: never).
   uint32_t login_cache_ms = 60'000;
+  // New queues one client address may have placed per minute (0: no limit).
+  uint32_t placements_per_source_per_minute = 600;
   uint32_t queues_max = 100'000;
   uint32_t spill_sessions_max = 256;   // sessions served from the spill log at once; 0: none
   uint32_t pipe_bytes = 64u << 10;     // capacity of each splice pipe (two per spliced session)

@@ -164,6 +164,12 @@ std::string EngineAdmin::metrics_text() {
            "Heart-beat EOLs the gateway sent to clients while it spoke for their sessions.");
   f.sample("sluice_heartbeats_sent_total", "",
            total([&](const C& c) -> const std::atomic<uint64_t>& { return c.heartbeats_sent; }));
+  f.family("sluice_placements_rate_limited_total", "counter",
+           "Placements not recorded: the client address placed "
+           "placement.placements_per_source_per_minute new queues this minute.");
+  f.sample(
+      "sluice_placements_rate_limited_total", "",
+      total([&](const C& c) -> const std::atomic<uint64_t>& { return c.placements_rate_limited; }));
   f.family("sluice_placements_confirmed_total", "counter",
            "Placements recorded after the owner accepted the session's login.");
   f.sample(

@@ -98,6 +98,7 @@ sluice::uring::EngineOptions engine_options(const GatewayConfig& c) {
   o.prelude_sessions_max = c.prelude_sessions_max;
   o.spill_sessions_max = c.spill_sessions_max;
   o.connect_timeout_ms = c.connect_timeout_ms;
+  o.placements_per_source_per_minute = c.placements_per_source_per_minute;
   o.pipe_bytes = c.pipe_bytes;
   o.pipe_bytes_max = c.pipe_bytes_max;
   o.grown_pipes_max = c.grown_pipes_max;

@@ -56,6 +56,10 @@ struct EngineOptions {
   uint32_t prelude_sessions_max = 10'000;
   uint32_t spill_sessions_max = kSpillSessionsMax;
   uint32_t connect_timeout_ms = 2'000;
+  // New queues one client address may have placed per minute, across the engine (each worker
+  // takes its share, rounded up); 0: no limit. Over it the session still reaches the queue's
+  // node, but nothing is recorded (counted).
+  uint32_t placements_per_source_per_minute = 600;
   // Capacity of each splice pipe (F_SETPIPE_SZ). Pages are taken only while bytes are in it.
   uint32_t pipe_bytes = kPipeBytes;
   // A stream that fills its pipe (SpliceMode::kInline) gets it grown to pipe_bytes_max, for at
@@ -249,6 +253,7 @@ struct WorkerCounters {
   std::atomic<uint64_t> heartbeat_mismatch_allowed{0};
   std::atomic<uint64_t> heartbeats_sent{0};  // EOLs the gateway sent while it spoke for a session
   std::atomic<uint64_t> placements_confirmed{0};  // placements recorded after a node's CONNECTED
+  std::atomic<uint64_t> placements_rate_limited{0};  // not recorded: over the per-source rate
   std::atomic<uint64_t> spliced{0};               // sessions that reached splice
   std::atomic<uint64_t> spilled{0};               // sessions that became spill sessions
   std::atomic<uint64_t> connect_failed{0};

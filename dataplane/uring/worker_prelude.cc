@@ -316,6 +316,10 @@ void Worker::owner_accepted(uint32_t slot) {
   Session& s = sessions_[slot];
   if (!s.placement_pending) return;
   s.placement_pending = false;
+  if (!placement_budget_.take(s.src_ip, now())) {
+    bump(counters_.placements_rate_limited);
+    return;
+  }
   parts_.router->confirm_placement(preludes_.object(s.prelude_slot).prelude->key(), s.node);
   bump(counters_.placements_confirmed);
 }

@@ -33,7 +33,10 @@ Worker::Worker(uint32_t index, const EngineOptions& options, const session::Sess
       parts_(parts),
       log_(std::move(log)),
       global_sessions_(std::move(global_sessions)),
-      live_(std::move(live)) {}
+      live_(std::move(live)),
+      placement_budget_(options.placements_per_source_per_minute == 0
+                            ? 0
+                            : share_of(options.placements_per_source_per_minute)) {}
 
 Worker::~Worker() {
   if (thread_.joinable()) {

@@ -2039,6 +2039,28 @@ TEST_P(UringEngineTest, PlacementIsConfirmedOnlyWhenTheOwnerAcceptsTheReplay) {
   EXPECT_EQ(counters().placements_confirmed.load(), 1u);
 }
 
+TEST_P(UringEngineTest, PlacementsOverTheSourcesRateAreNotRecorded) {
+  options_.placements_per_source_per_minute = 1;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  router_.set_placement_pending(true);
+  for (int i = 0; i < 2; ++i) {
+    Conn c;
+    ASSERT_NO_FATAL_FAILURE(connect_client(&c));
+    ASSERT_TRUE(c.send_all(kSend));
+    std::optional<Conn> o = owner_.accept();
+    ASSERT_TRUE(o);
+    ASSERT_TRUE(o->read_exact(kReplayedConnect.size() + kSend.size()));
+    ASSERT_TRUE(o->send_all(kOwnerConnected + kReceipt));
+    // The session itself goes on either way.
+    std::optional<std::string> receipt = c.read_frame();
+    ASSERT_TRUE(receipt) << c.buffer();
+  }
+  EXPECT_EQ(router_.confirmed().size(), 1u);
+  EXPECT_EQ(counters().placements_confirmed.load(), 1u);
+  EXPECT_EQ(counters().placements_rate_limited.load(), 1u);
+}
+
 // Heart-beats the gateway keeps while it speaks for the session: 300 ms both ways.
 const std::string kBeatingConnect =
     frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "300,300"}});
