@@ -43,6 +43,8 @@ constexpr size_t kServerBytesMax = 255;
 constexpr size_t kVhostBytesMax = 255;
 constexpr int64_t kLoginCacheMsMax = 86'400'000;  // a day
 constexpr int64_t kHeartBeatMsMax = 86'400'000;
+constexpr int64_t kUnusedTtlMsMin = 600'000;
+constexpr int64_t kUnusedTtlMsMax = 31'536'000'000;  // a year
 // AMQP 0-9-1 short string: RabbitMQ refuses longer queue names.
 constexpr size_t kQueueNameBytesMax = 255;
 constexpr int64_t kSessionsMax = kLimitSessionsMax;
@@ -285,7 +287,8 @@ void read_health(const Table& root, GatewayConfig* c) {
 }
 
 void read_placement(const Table& root, GatewayConfig* c) {
-  std::optional<Table> t = root.table("placement", {"policy", "placements_per_source_per_minute"});
+  std::optional<Table> t =
+      root.table("placement", {"policy", "placements_per_source_per_minute", "unused_ttl_ms"});
   if (!t) return;
   if (auto v = t->string("policy")) {
     if (std::optional<PlacementPolicy> p = parse_placement_policy(*v)) {
@@ -296,6 +299,14 @@ void read_placement(const Table& root, GatewayConfig* c) {
   }
   if (auto v = t->integer("placements_per_source_per_minute", 0, 1'000'000)) {
     c->placements_per_source_per_minute = uint32_t(*v);
+  }
+  if (auto v = t->integer("unused_ttl_ms", 0, kUnusedTtlMsMax)) {
+    if (*v != 0 && *v < kUnusedTtlMsMin) {
+      t->fail_at("unused_ttl_ms",
+                 "must be 0 (never) or at least 600000 (10 minutes): a session "
+                 "reports its use of a queue once a minute");
+    }
+    c->placement_unused_ttl_ms = uint64_t(*v);
   }
 }
 

@@ -151,6 +151,9 @@ struct GatewayConfig {
   uint32_t login_cache_ms = 60'000;
   // New queues one client address may have placed per minute (0: no limit).
   uint32_t placements_per_source_per_minute = 600;
+  // Placements that no session used and no feed confirmed for this long are forgotten
+  // (placement.unused_ttl_ms; 0: never).
+  uint64_t placement_unused_ttl_ms = 86'400'000;
   uint32_t queues_max = 100'000;
   uint32_t spill_sessions_max = 256;   // sessions served from the spill log at once; 0: none
   uint32_t pipe_bytes = 64u << 10;     // capacity of each splice pipe (two per spliced session)

@@ -77,6 +77,7 @@ Control::Control(boost::asio::io_context& io, GatewayConfig config, Secrets secr
       poll_timer_(io),
       feed_timer_(io),
       save_timer_(io),
+      unused_timer_(io),
       alive_(std::make_shared<int>(0)) {
   SLUICE_ASSERT(!config_.nodes.empty() && config_.nodes.size() <= kNodesMax);
   placements_.push_back(std::make_unique<Placement>(config_.nodes));
@@ -164,6 +165,7 @@ void Control::start() {
     schedule_probe(NodeIndex(i), uint32_t(interval * i / nodes_.size()));
   }
   if (config_.rabbitmq_feed.enabled) schedule_feed(0);
+  if (config_.placement_unused_ttl_ms != 0) schedule_unused_scan();
   poll_timer_.expires_after(std::chrono::milliseconds(kWorkerPollMs));
   std::weak_ptr<int> alive = alive_;
   poll_timer_.async_wait([this, alive](boost::system::error_code ec) {
@@ -184,6 +186,7 @@ void Control::stop() {
   poll_timer_.cancel();
   feed_timer_.cancel();
   save_timer_.cancel();
+  unused_timer_.cancel();
   for (auto& n : nodes_)
     n->timer.cancel();
   if (dirty_ || was_running) save_now();
@@ -426,8 +429,11 @@ void Control::poll_workers() {
             on_placed(*p);
           } else if (const auto* f = std::get_if<PassiveFailure>(&m)) {
             on_passive_failure(f->node);
+          } else if (const auto* u = std::get_if<Used>(&m)) {
+            table_.touch_placed(QueueKey{std::string(u->key.vhost()), std::string(u->key.queue())},
+                                steady_ms());
           } else if (const auto* b = std::get_if<BarrierReached>(&m)) {
-            (void)b;  // barriers are for the spill drainer (issue 4)
+            (void)b;  // barriers are for the spill drainer
           }
         },
         kWorkerReportsPerTick);
@@ -452,6 +458,7 @@ void Control::on_placed(const Placed& m) {
     node = placements_.back()->least_queues(key.vhost, key.queue, table_.queues_per_node());
   }
   table_.place(key, node);
+  table_.touch_placed(key, steady_ms());
   if (!before) {
     ++counters_->placements;
     log_event(LogLevel::kDebug, "queue_placed",
@@ -460,6 +467,38 @@ void Control::on_placed(const Placed& m) {
   }
   // Every worker learns the winner, the reporter too if control decided otherwise.
   broadcast_owner(key);
+}
+
+int64_t Control::steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Control::schedule_unused_scan() {
+  // A quarter of the lifetime, at most a minute: a placement goes within 1.25 lifetimes.
+  const uint64_t every = std::min<uint64_t>(config_.placement_unused_ttl_ms / 4, 60'000);
+  unused_timer_.expires_after(std::chrono::milliseconds(every));
+  std::weak_ptr<int> alive = alive_;
+  unused_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (ec || alive.expired()) return;
+    forget_unused();
+    schedule_unused_scan();
+  });
+}
+
+void Control::forget_unused() {
+  const std::vector<QueueKey> gone =
+      table_.forget_unused_placed(steady_ms(), int64_t(config_.placement_unused_ttl_ms));
+  for (const QueueKey& key : gone) {
+    ++counters_->placements_forgotten;
+    log_event(LogLevel::kInfo, "placement_forgotten",
+              {{"vhost", key.vhost},
+               {"queue", key.queue},
+               {"unused_ms", std::to_string(config_.placement_unused_ttl_ms)}});
+    broadcast_owner(key);
+  }
+  if (!gone.empty()) mark_dirty();
 }
 
 // ---- state file -------------------------------------------------------------------------------

@@ -212,6 +212,10 @@ class Control {
   void flush();
   void poll_workers();
   void on_placed(const Placed& m);
+  // placement.unused_ttl_ms: placements nothing confirmed that long are forgotten.
+  static int64_t steady_ms();
+  void schedule_unused_scan();
+  void forget_unused();
   void on_passive_failure(NodeIndex i);
 
   // Health.
@@ -259,6 +263,7 @@ class Control {
   boost::asio::steady_timer poll_timer_;
   boost::asio::steady_timer feed_timer_;
   boost::asio::steady_timer save_timer_;
+  boost::asio::steady_timer unused_timer_;
   bool flush_posted_ = false;
   bool flush_timer_armed_ = false;
   bool dirty_ = false;

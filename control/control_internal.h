@@ -81,6 +81,7 @@ struct Control::Counters {
   int64_t started_unix_ms = 0;
   uint64_t placements = 0;
   uint64_t placements_refused = 0;
+  uint64_t placements_forgotten = 0;  // placement.unused_ttl_ms
   uint64_t replica_refused = 0;
   uint64_t pins_applied = 0;
   uint64_t admin_changes = 0;

@@ -131,6 +131,9 @@ std::string Control::metrics_text() const {
   e.sample("sluice_ownership_queues_max", "", config_.queues_max);
   e.family("sluice_placements_total", "counter", "Queues placed by the placement policy.");
   e.sample("sluice_placements_total", "", double(counters_->placements));
+  e.family("sluice_placements_forgotten_total", "counter",
+           "Placements no session used and no feed confirmed for placement.unused_ttl_ms.");
+  e.sample("sluice_placements_forgotten_total", "", double(counters_->placements_forgotten));
   e.family("sluice_placements_refused_total", "counter",
            "Placements not recorded because the table was full (limits.queues_max).");
   e.sample("sluice_placements_refused_total", "", double(counters_->placements_refused));

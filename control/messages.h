@@ -115,6 +115,13 @@ struct Placed {
   NodeIndex node = kNoNode;
 };
 
+// A session was routed to a placed queue: the placement is in use (placement.unused_ttl_ms).
+// Each worker sends it at most once per Used::kReportIntervalMs for a key.
+struct Used {
+  static constexpr int64_t kReportIntervalMs = 60'000;
+  WireKey key;
+};
+
 // A connection to the node failed on the data path; counts toward its health (DESIGN section 5).
 struct PassiveFailure {
   NodeIndex node = kNoNode;
@@ -124,7 +131,7 @@ struct BarrierReached {
   uint64_t seq = 0;
 };
 
-using WorkerToControl = std::variant<Placed, PassiveFailure, BarrierReached>;
+using WorkerToControl = std::variant<Placed, PassiveFailure, BarrierReached, Used>;
 
 // Rings copy messages byte for byte; a message that allocated or grew would break the limits.
 static_assert(std::is_trivially_copyable_v<ControlToWorker>);

@@ -119,6 +119,27 @@ void OwnershipTable::set_persisted(const QueueKey& key, NodeIndex placed, NodeIn
   });
 }
 
+void OwnershipTable::touch_placed(const QueueKey& key, int64_t now_ms) {
+  auto it = entries_.find(key);
+  if (it != entries_.end() && it->second.placed != kNoNode) it->second.placed_seen_ms = now_ms;
+}
+
+std::vector<QueueKey> OwnershipTable::forget_unused_placed(int64_t now_ms, int64_t ttl_ms) {
+  SLUICE_ASSERT(ttl_ms > 0);
+  std::vector<QueueKey> gone;
+  for (auto& [key, e] : entries_) {
+    if (e.placed == kNoNode) continue;
+    if (e.placed_seen_ms == 0 || e.learned != kNoNode || e.pinned != kNoNode) {
+      e.placed_seen_ms = now_ms;  // loaded at start, or confirmed by a feed or a pin
+      continue;
+    }
+    if (now_ms - e.placed_seen_ms >= ttl_ms) gone.push_back(key);
+  }
+  for (const QueueKey& key : gone)
+    update(key, [](Entry& e) { e.placed = kNoNode; });
+  return gone;
+}
+
 bool OwnershipTable::unpin(const QueueKey& key) {
   const Entry* e = find(key);
   if (!e || e->pinned == kNoNode) return false;

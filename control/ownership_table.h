@@ -32,6 +32,9 @@ class OwnershipTable {
     NodeIndex placed = kNoNode;
     NodeIndex learned = kNoNode;
     NodeIndex pinned = kNoNode;
+    // When a placed entry was last placed, used by a session or confirmed by a feed (steady ms;
+    // 0: not yet since the start). Not persisted.
+    int64_t placed_seen_ms = 0;
     bool empty() const { return placed == kNoNode && learned == kNoNode && pinned == kNoNode; }
   };
 
@@ -52,6 +55,12 @@ class OwnershipTable {
   // Returns the winning owner before the pin (the pin itself always wins).
   std::optional<Owner> pin(const QueueKey& key, NodeIndex node);
   bool unpin(const QueueKey& key);
+  // A session used the key (or it was placed): its placement is not unused.
+  void touch_placed(const QueueKey& key, int64_t now_ms);
+  // Drops the placements that nothing confirmed for `ttl_ms`: placed entries with no learned or
+  // pinned owner (a feed listing the queue confirms it), not touched since `now_ms - ttl_ms`.
+  // An entry's first scan since the start only starts its clock. Returns the keys dropped.
+  std::vector<QueueKey> forget_unused_placed(int64_t now_ms, int64_t ttl_ms);
 
   // Sizes the table for `queues` entries, so that growing to that size never rehashes it all in
   // the middle of a batch.

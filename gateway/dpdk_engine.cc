@@ -283,11 +283,10 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
   lc.parked_frames_max = d.mbufs / 16;
   lc.connect_timeout_ms = c.connect_timeout_ms;
   lc.session = c.session;
-  // The lcore answers CONNECT itself and tells the owner heart-beat:0,0, as the spill
-  // listener is told: checking logins and heart-beats on the packet path is not built yet
-  // (doc: the DPDK engine).
+  // The lcore answers CONNECT itself (checking logins on the packet path is not built yet:
+  // dataplane/dpdk/README.md); heart-beats are negotiated as the spill listener behind it
+  // negotiates them, so that its answer agrees with what the client was told.
   lc.session.login_check = session::LoginCheck::kDeferred;
-  lc.session.heartbeat_max_ms = 0;
   if (getrandom(lc.cookie_key.data(), lc.cookie_key.size(), 0) != ssize_t(lc.cookie_key.size()) ||
       getrandom(&lc.flow_hash_key, sizeof lc.flow_hash_key, 0) !=
           ssize_t(sizeof lc.flow_hash_key) ||
@@ -381,6 +380,8 @@ std::string DpdkEngine::metrics_text() const {
       {"sluice_dpdk_owner_failures_total", "Owner SYNs refused or unanswered (passive health).",
        k.owner_refused + k.owner_timeouts},
       {"sluice_dpdk_retransmits_total", "Segments the gateway sent again.", k.retransmits},
+      {"sluice_dpdk_heartbeats_sent_total",
+       "Heart-beat EOLs the prelude sent clients that negotiated heart-beats.", k.heartbeats_sent},
       {"sluice_dpdk_ack_storm_drops_total", "Repeated pure ACKs cut.", k.ack_storm_drops},
       {"sluice_dpdk_established_path_total",
        "Segments of spliced flows rewritten without the general parse and dispatch.",

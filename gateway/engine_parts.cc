@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <time.h>
 
 #include <cstring>
 
@@ -138,6 +139,7 @@ uring::RouteDecision ReplicaRouter::decide(const session::QueueKey& key, uint64_
   }
   control::Route route = r.lookup(key.vhost, key.queue);
   control::NodeIndex owner = route.owner;
+  if (route.known && route.source == control::OwnerSource::kPlaced) note_used(key);
   if (!route.known) {
     // Placed only once the owner accepts the session's login (confirm_placement): a session
     // that never logs in leaves nothing behind.
@@ -168,6 +170,21 @@ uring::RouteDecision ReplicaRouter::decide(const session::QueueKey& key, uint64_
     }
   }
   return uring::RouteDecision{};  // down or in maintenance: spill
+}
+
+void ReplicaRouter::note_used(const session::QueueKey& key) {
+  const uint64_t h = std::hash<std::string_view>{}(key.vhost) * 31 +
+                     std::hash<std::string_view>{}(key.queue) + 1;  // never 0
+  UsedSlot& slot = used_[h % kUsedSlots];
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);  // a few ns through the vDSO, once a session
+  const int64_t now_ms = int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+  if (slot.hash == h && now_ms - slot.reported_ms < control::Used::kReportIntervalMs) return;
+  control::Used used;
+  if (used.key.assign(key.vhost, key.queue) != control::KeyFit::kFits) return;
+  slot.hash = h;
+  slot.reported_ms = now_ms;
+  report(used);
 }
 
 control::NodeIndex ReplicaRouter::spread(uint64_t session_hash, uint32_t rank) const {

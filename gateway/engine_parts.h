@@ -53,6 +53,9 @@ class ReplicaRouter : public uring::Router {
   void refresh_nodes();
   void report(const control::WorkerToControl& m);
   uring::RouteDecision direct(control::NodeIndex n);
+  // Tells control a placed queue is in use (placement.unused_ttl_ms), at most once per
+  // control::Used::kReportIntervalMs per key; keys sharing a slot of used_ report more often.
+  void note_used(const session::QueueKey& key);
   // The healthy node taking new sessions that `session_hash` picks (with `rank` > 0, the one
   // that many places below it); kNoNode when none.
   control::NodeIndex spread(uint64_t session_hash, uint32_t rank = 0) const;
@@ -67,6 +70,12 @@ class ReplicaRouter : public uring::Router {
   // Reports the ring to control refused, sent again on the next poll (bounded).
   static constexpr size_t kBacklogMax = 4096;
   std::vector<control::WorkerToControl> unsent_;
+  struct UsedSlot {
+    uint64_t hash = 0;
+    int64_t reported_ms = 0;
+  };
+  static constexpr size_t kUsedSlots = 4096;
+  std::vector<UsedSlot> used_ = std::vector<UsedSlot>(kUsedSlots);
   uint64_t reports_dropped_ = 0;
 };
 

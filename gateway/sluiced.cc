@@ -188,9 +188,8 @@ int run(const std::string& path) {
   sluice::session::SessionConfig engine_session = config.session;
   if (config.engine == EngineKind::kDpdk) {
     // The spill listener behind the DPDK engine answers the lcore's replay itself, as the
-    // lcore answered the client (gateway/dpdk_engine.cc).
+    // lcore answered the client (gateway/dpdk_engine.cc), heart-beats the same way.
     engine_session.login_check = sluice::session::LoginCheck::kDeferred;
-    engine_session.heartbeat_max_ms = 0;
   }
   std::unique_ptr<sluice::uring::Engine> engine = sluice::uring::Engine::open(
       engine_options(config), engine_session, parts, log_from_engine, &engine_error);

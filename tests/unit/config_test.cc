@@ -74,6 +74,7 @@ void expect_same_settings(const GatewayConfig& a, const GatewayConfig& b) {
   EXPECT_EQ(s.heartbeat_max_ms, t.heartbeat_max_ms);
   EXPECT_EQ(a.login_cache_ms, b.login_cache_ms);
   EXPECT_EQ(a.placements_per_source_per_minute, b.placements_per_source_per_minute);
+  EXPECT_EQ(a.placement_unused_ttl_ms, b.placement_unused_ttl_ms);
   EXPECT_EQ(a.sessions_max, b.sessions_max);
   EXPECT_EQ(a.sessions_per_source_max, b.sessions_per_source_max);
   EXPECT_EQ(a.prelude_sessions_max, b.prelude_sessions_max);

@@ -483,6 +483,46 @@ TEST_F(Splicer, PreludeFrameTimeoutEndsTheFlowWithError) {
             1u);
 }
 
+TEST_F(Splicer, PreludeSendsHeartBeatsAndClosesAClientThatSendsNone) {
+  auto cfg = default_config();
+  cfg.session.heartbeat_min_ms = 100;
+  cfg.session.heartbeat_max_ms = sluice::session::SessionConfig::kHeartBeatMaxMs;
+  rebuild(cfg);
+  Endpoint c = make_client();
+  handshake(c);
+  // The client sends every 400 ms and wants a beat every 250 ms.
+  const std::string beating =
+      stomp_frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "400,250"}});
+  const auto reply = b().deliver(c.data(beating), 0);
+  const Sent& connected = only(reply);
+  EXPECT_NE(connected.payload().find("heart-beat:250,400"), std::string::npos)
+      << connected.payload();
+  c.receive(connected);
+  EXPECT_TRUE(b().deliver(c.segment(net::kAck), 0).empty());
+  // Beats at 250, 500 and 750 ms; the client acknowledges each (so nothing is sent again).
+  std::string got;
+  for (int ms = 0; ms < 760; ++ms) {
+    for (const Sent& s : b().advance_ms(1)) {
+      if (s.p.payload_bytes == 0) continue;
+      got += s.payload();
+      c.receive(s);
+      b().deliver(c.segment(net::kAck), 0);
+    }
+  }
+  EXPECT_EQ(got, "\n\n\n");
+  EXPECT_EQ(b().lcore->counters().heartbeats_sent, 3u);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kPrelude);
+  // The client said nothing since its CONNECT: closed at twice its interval (800 ms), ERROR
+  // first.
+  bool error = false;
+  for (const Sent& s : b().advance_ms(50))
+    error = error || s.payload().find("message:heart-beat timeout") != std::string::npos;
+  EXPECT_TRUE(error);
+  EXPECT_EQ(
+      b().lcore->counters().prelude_ends[size_t(sluice::session::PreludeEnd::kHeartBeatTimeout)],
+      1u);
+}
+
 // ---- binding ---------------------------------------------------------------------------------
 
 TEST_F(Splicer, OwnerSynCarriesTheClientsIsnAndOptions) {

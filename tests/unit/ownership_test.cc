@@ -69,6 +69,36 @@ TEST(OwnershipTest, CountsBySourceAndPerNodeFollowChanges) {
   EXPECT_EQ(t.queues_per_node()[2], 0u);
 }
 
+TEST(OwnershipTest, PlacementsNothingConfirmedForTheirLifetimeAreForgotten) {
+  OwnershipTable t(2);
+  t.track_persisted_changes();
+  const QueueKey used{"/", "used"}, idle{"/", "idle"}, learned{"/", "learned"},
+      pinned{"/", "pinned"}, loaded{"/", "loaded"};
+  for (const QueueKey& k : {used, idle, learned, pinned}) {
+    t.place(k, 0);
+    t.touch_placed(k, 1000);
+  }
+  t.learn(learned, 1);
+  t.pin(pinned, 1);
+  t.set_persisted(loaded, 0, kNoNode);  // from the state file: no time yet
+  (void)t.take_persisted_changes();
+  t.touch_placed(used, 5000);
+  EXPECT_TRUE(t.forget_unused_placed(10'999, 10'000).empty());  // the loaded one starts now
+  const std::vector<QueueKey> gone = t.forget_unused_placed(11'000, 10'000);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0], idle);
+  EXPECT_FALSE(t.lookup(idle).has_value());
+  EXPECT_EQ(t.take_persisted_changes(), gone);  // the state file follows
+  // A feed's listing and a pin keep theirs; the used one and the loaded one run out later.
+  EXPECT_EQ(t.lookup(learned)->source, OwnerSource::kLearned);
+  EXPECT_EQ(t.find(pinned)->placed, 0u);
+  const std::vector<QueueKey> later = t.forget_unused_placed(21'000, 10'000);
+  EXPECT_EQ(later.size(), 2u);
+  EXPECT_EQ(t.find(learned)->placed, 0u);
+  EXPECT_EQ(t.find(pinned)->placed, 0u);
+  EXPECT_EQ(t.count(OwnerSource::kPlaced), 2u);
+}
+
 TEST(OwnershipTest, ForgetLearnedKeepsWhatTheFeedStillReports) {
   OwnershipTable t(3);
   t.learn({"/", "x"}, 0);

@@ -41,11 +41,12 @@ class ReplicaRouterTest : public ::testing::Test {
     router_->poll();
     ASSERT_EQ(channel_->to_worker.read_available(), 0u);
   }
-  void set_owner(std::string_view queue, NodeIndex node) {
+  void set_owner(std::string_view queue, NodeIndex node,
+                 control::OwnerSource source = control::OwnerSource::kPinned) {
     control::SetOwner m;
     ASSERT_EQ(m.key.assign("/", queue), control::KeyFit::kFits);
     m.node = node;
-    m.source = control::OwnerSource::kPinned;
+    m.source = source;
     send(m);
   }
   void set_backlog(std::string_view queue, bool has) {
@@ -104,11 +105,31 @@ TEST_F(ReplicaRouterTest, UnknownQueueGoesToItsRendezvousNodeAndIsPlacedOnlyOnce
   EXPECT_EQ(placed->key.vhost(), "/");
   EXPECT_EQ(placed->key.queue(), "orders");
   EXPECT_EQ(placed->node, want);
-  // Recorded: the next session is routed as known and nothing is reported again.
+  // Recorded: the next session is routed as known and not placed again (only its use of the
+  // placed queue is reported).
   d = route("orders");
   ASSERT_NO_FATAL_FAILURE(expect_direct(d, want, port_of(want)));
   EXPECT_FALSE(d.placement_pending);
   router_->confirm_placement(session::QueueKey{"/", "orders", false}, want);
+  reports.clear();
+  channel_->to_control.pop_some([&](const control::WorkerToControl& m) { reports.push_back(m); },
+                                16);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(std::get_if<control::Used>(&reports[0]), nullptr);
+}
+
+TEST_F(ReplicaRouterTest, SessionsOfAPlacedQueueReportItsUseOnceAMinute) {
+  ASSERT_NO_FATAL_FAILURE(set_owner("orders", 1, control::OwnerSource::kPlaced));
+  (void)route("orders");
+  std::vector<control::WorkerToControl> reports;
+  channel_->to_control.pop_some([&](const control::WorkerToControl& m) { reports.push_back(m); },
+                                16);
+  ASSERT_EQ(reports.size(), 1u);
+  const auto* used = std::get_if<control::Used>(&reports[0]);
+  ASSERT_NE(used, nullptr);
+  EXPECT_EQ(used->key.queue(), "orders");
+  for (int i = 0; i < 10; ++i)
+    (void)route("orders");
   EXPECT_EQ(channel_->to_control.read_available(), 0u);
 }
 

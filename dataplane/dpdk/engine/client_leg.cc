@@ -127,7 +127,7 @@ void Lcore::client_open(Frame* f, net::Packet& p, const splice::SynOptions& o) {
   s.prelude.emplace(config_.session,
                     std::span<char>(s.buffer.get(), config_.session.prelude_bytes_max),
                     session::Nanos(now_ns_), s.prelude_headers);
-  fl.deadline_ms = prelude_deadline_ms(*s.prelude);
+  fl.deadline_ms = s.prelude_timer_ms();
   if (p.payload_bytes > 0 || (p.flags & net::kFin)) {
     client_prelude(fl, f, p);
     return;
@@ -223,8 +223,7 @@ void Lcore::client_prelude(Flow& fl, Frame* f, net::Packet& p) {
   if (fl.snd_nxt == sent_before) {
     send_to_client(fl, Seg{fl.snd_nxt, fl.rcv_nxt, net::kAck, client_window(fl)});
   }
-  fl.deadline_ms =
-      fl.state == FlowState::kPrelude ? prelude_deadline_ms(*s.prelude) : fl.deadline_ms;
+  fl.deadline_ms = fl.state == FlowState::kPrelude ? s.prelude_timer_ms() : fl.deadline_ms;
   arm(fl);
 }
 
@@ -238,6 +237,7 @@ void Lcore::prelude_events(Flow& fl) {
       case session::PreludeEvent::Kind::kReply:
         if (!inject(fl, e.to_client)) return;
         send_injected(fl, false);
+        arm_beats(s);
         continue;
       case session::PreludeEvent::Kind::kLogin: {
         // The lcore runs with login_check deferred (its config), so this is not reached; were
@@ -245,6 +245,7 @@ void Lcore::prelude_events(Flow& fl) {
         const session::PreludeEvent r = s.prelude->answer_connect(config_.session.server, {});
         if (!inject(fl, r.to_client)) return;
         send_injected(fl, false);
+        arm_beats(s);
         continue;
       }
       case session::PreludeEvent::Kind::kBind:
@@ -256,6 +257,26 @@ void Lcore::prelude_events(Flow& fl) {
         return;
     }
   }
+}
+
+void Lcore::arm_beats(Slot& s) {
+  const uint32_t ms = s.prelude->heart_beat_intervals().server_to_client_ms;
+  s.beat_at_ms = ms == 0 ? 0 : now_ms_ + ms;
+}
+
+void Lcore::prelude_beat(Flow& fl) {
+  Slot& s = *slots_[fl.slot];
+  if (s.beat_at_ms == 0 || now_ms_ < s.beat_at_ms) return;
+  // A prelude that lasts very long at a short interval stops beating rather than filling the
+  // buffer its final ERROR needs (the client may then give up on it).
+  if (s.injected_bytes + 1 > Slot::kInjectBytesMax - Slot::kInjectRoomForEnd) {
+    s.beat_at_ms = 0;
+    return;
+  }
+  if (!inject(fl, "\n")) return;
+  send_injected(fl, false);
+  ++counters_.heartbeats_sent;
+  arm_beats(s);
 }
 
 bool Lcore::inject(Flow& fl, std::string_view bytes) {

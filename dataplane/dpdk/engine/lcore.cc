@@ -505,6 +505,7 @@ void Lcore::on_timer(uint32_t id) {
     case FlowState::kPrelude: {
       Slot& s = *slots_[fl.slot];
       if (deadline_due) {
+        prelude_beat(fl);
         const session::PreludeEvent e = s.prelude->on_time(session::Nanos(now_ns_));
         if (e.kind == session::PreludeEvent::Kind::kClose) {
           ++counters_.prelude_ends[size_t(e.end)];
@@ -512,7 +513,7 @@ void Lcore::on_timer(uint32_t id) {
           close_client(fl, e.to_client);
           return;
         }
-        fl.deadline_ms = prelude_deadline_ms(*s.prelude);
+        fl.deadline_ms = s.prelude_timer_ms();
       }
       break;
     }

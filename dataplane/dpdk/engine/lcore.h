@@ -54,6 +54,7 @@ struct LcoreCounters {
   uint64_t duplicates = 0;    // segments wholly before rcv_nxt (re-acknowledged)
   uint64_t retransmits = 0;   // segments the gateway sent again
   uint64_t retransmit_giveups = 0;
+  uint64_t heartbeats_sent = 0;  // EOLs the prelude sent a client that negotiated heart-beats
   std::array<uint64_t, session::kPreludeEndCount> prelude_ends{};  // by session::PreludeEnd
   uint64_t binds_owner = 0;
   uint64_t binds_spill = 0;
@@ -218,6 +219,9 @@ class Lcore final : public BurstHandler {
   void client_ack(Flow& fl, const net::Packet& p);
   void prelude_events(Flow& fl);
   bool inject(Flow& fl, std::string_view bytes);
+  // Heart-beats the prelude owes a client that negotiated them (after its CONNECTED).
+  void arm_beats(Slot& s);
+  void prelude_beat(Flow& fl);
   void send_injected(Flow& fl, bool retransmit);
   void close_client(Flow& fl, std::string_view last_bytes);
   void client_closing(Flow& fl, Frame* f, net::Packet& p);

@@ -182,6 +182,9 @@ void Lcore::owner_binding(Flow& fl, Frame* f, net::Packet& p) {
     Slot& s = *slots_[fl.slot];
     s.owner_greeting.emplace(config_.session.frame_limits, s.prelude->version(),
                              s.greeting_headers);
+    // The owner's CONNECTED must agree with the heart-beats the client was told.
+    s.owner_greeting->expect_heart_beats(s.prelude->client_heart_beat(),
+                                         s.prelude->told_heart_beat());
     fl.greeting_fill = 0;
     fl.state = FlowState::kReplay;
     fl.rtx_at_ms = 0;

@@ -18,6 +18,8 @@ namespace sluice::dpdk::engine {
 struct Lcore::Slot {
   // CONNECTED, a RECEIPT for an early DISCONNECT, an ERROR: all well under this.
   static constexpr uint32_t kInjectBytesMax = 2048;
+  // Heart-beat EOLs stop short of this much room, kept for a final ERROR or RECEIPT.
+  static constexpr uint32_t kInjectRoomForEnd = 512;
 
   explicit Slot(const LcoreConfig& c)
       : prelude_bytes(c.session.prelude_bytes_max),
@@ -32,6 +34,7 @@ struct Lcore::Slot {
     prelude.reset();
     owner_greeting.reset();
     injected_bytes = 0;
+    beat_at_ms = 0;
   }
 
   const uint32_t prelude_bytes;
@@ -46,6 +49,10 @@ struct Lcore::Slot {
   std::optional<session::OwnerGreeting> owner_greeting;
   std::array<char, kInjectBytesMax> injected;  // written before read
   uint32_t injected_bytes = 0;
+  // When the prelude owes the client its next heart-beat (0: none negotiated).
+  uint64_t beat_at_ms = 0;
+  // When the prelude's timer must fire: its deadline, or the next heart-beat before it.
+  uint64_t prelude_timer_ms() const;
   // Client segments that arrived while the flow was binding, in arrival order: they go to the
   // owner once the flow splices, instead of waiting for the client's retransmission.
   std::array<Frame*, kParkedPerFlowMax> parked{};
@@ -73,6 +80,11 @@ inline uint32_t segment_bytes_max(uint16_t peer_mss, uint16_t our_mss, bool time
 // The prelude's next deadline in whole milliseconds, rounded up (the timers tick in ms).
 inline uint64_t prelude_deadline_ms(const session::Prelude& p) {
   return (uint64_t(p.deadline()) + 999'999) / 1'000'000;
+}
+
+inline uint64_t Lcore::Slot::prelude_timer_ms() const {
+  const uint64_t deadline = prelude_deadline_ms(*prelude);
+  return beat_at_ms != 0 && beat_at_ms < deadline ? beat_at_ms : deadline;
 }
 
 inline std::string_view payload_of(const Frame* f, const net::Packet& p) {
