@@ -51,7 +51,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gateway_util import (Failure, Sluiced, base_config, check, cluster_nodes,  # noqa: E402
-                          free_port, run_main, say)
+                          delete_queues_quietly, free_port, run_main, say)
 
 CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
 PREFIX = "sluice-fid-%d-" % os.getpid()
@@ -311,11 +311,7 @@ class Run:
                 gw.stop()  # (run_main stopped self.gw; stop() again does nothing)
             except Failure as e:
                 print(f"FAILED: {side}: {e}", file=sys.stderr)
-        for q in self.queues:
-            try:
-                self.cluster.delete_queue("/", q)
-            except Exception as e:  # noqa: BLE001
-                print(f"could not delete queue {q}: {e}", file=sys.stderr)
+        delete_queues_quietly(self.cluster, self.queues)
 
 
 def main():

@@ -23,7 +23,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gateway_util import (Failure, RawStomp, Sluiced, base_config, check,  # noqa: E402
-                          close_quietly, cluster_nodes, connect_frame, consume, frame,
+                          close_quietly, cluster_nodes, connect_frame, consume,
+                          delete_queues_quietly, frame,
                           free_port, node_section, pin_section, raw_connected, run_main, say,
                           send_receipted, stomp_client, wait_until)
 
@@ -547,11 +548,7 @@ connect_timeout_ms = {CONNECT_TIMEOUT_MS}"""
     def cleanup(self):
         if self.silent:
             self.silent.stop()
-        for q in self.queues:
-            try:
-                self.cluster.delete_queue("/", q)
-            except Exception as e:  # noqa: BLE001
-                print(f"could not delete queue {q}: {e}", file=sys.stderr)
+        delete_queues_quietly(self.cluster, self.queues)
 
 
 def main():

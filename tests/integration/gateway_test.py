@@ -32,6 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gateway_util import (Failure, RawStomp, Sluiced, add_spill_user, base_config,  # noqa: E402
                           check, close_quietly, cluster_nodes, connect_frame, consume,
+                          delete_queues_quietly,
                           disconnect_with_receipt, frame, free_port, raw_connected, run_main,
                           say, send_receipted, sluice_node_index, stomp_client, wait_until)
 
@@ -685,11 +686,7 @@ timeout_ms = 400
 
     def cleanup(self):
         self.restore_nodes()
-        for q in self.queues:
-            try:
-                self.cluster.delete_queue("/", q)
-            except Exception as e:  # noqa: BLE001
-                print(f"could not delete queue {q}: {e}", file=sys.stderr)
+        delete_queues_quietly(self.cluster, self.queues)
 
 
 class Producer(threading.Thread):

@@ -98,6 +98,15 @@ def run_main(doc, work_prefix, name, run_class):
 # Configuration
 
 
+def delete_queues_quietly(cluster, queues, vhost="/"):
+    """Deletes each queue of a test run; one that cannot be deleted is reported, not raised."""
+    for q in queues:
+        try:
+            cluster.delete_queue(vhost, q)
+        except Exception as e:  # noqa: BLE001
+            print(f"could not delete queue {q}: {e}", file=sys.stderr)
+
+
 def node_section(name, address, broker_node=""):
     text = f'[[nodes]]\nname = "{name}"\naddress = "{address}"\n'
     if broker_node:

@@ -605,6 +605,20 @@ class UringEngineTest : public ::testing::TestWithParam<Mode> {
     if (replay) *replay = std::move(*got);
   }
 
+  // An eager engine with `node` checking logins (as node index `index`) and the owner routed
+  // direct; a new client's CONNECT reaches `node`, accepted into *l, which has read it.
+  void start_eager_with_login_node(FakeOwner& node, uint32_t index, Conn* c,
+                                   std::optional<Conn>* l) {
+    config_ = session::SessionConfig::gateway_defaults();
+    ASSERT_NO_FATAL_FAILURE(start_engine());
+    router_.set_login_node(node.addr(), index);
+    router_.set_direct(owner_.addr());
+    *c = client();
+    ASSERT_TRUE(c->send_all(kConnect));
+    *l = node.accept();
+    ASSERT_TRUE(*l) << "no login check reached the node";
+  }
+
   // Closes `c` with a reset (SO_LINGER 0) instead of a FIN.
   static void close_with_reset(Conn& c) {
     linger l{1, 0};
@@ -1917,15 +1931,10 @@ TEST_P(UringEngineTest, EagerLoginRefusedForwardsTheNodesErrorAndRoutesNothing) 
 }
 
 TEST_P(UringEngineTest, EagerLoginOnAnotherNodeBindsToTheOwnerWithAFreshReplay) {
-  config_ = session::SessionConfig::gateway_defaults();
   FakeOwner login_node;
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_login_node(login_node.addr(), kOwnerNode + 1);
-  router_.set_direct(owner_.addr());
-  Conn c = client();
-  ASSERT_TRUE(c.send_all(kConnect));
-  std::optional<Conn> l = login_node.accept();
-  ASSERT_TRUE(l);
+  Conn c;
+  std::optional<Conn> l;
+  ASSERT_NO_FATAL_FAILURE(start_eager_with_login_node(login_node, kOwnerNode + 1, &c, &l));
   ASSERT_TRUE(l->read_exact(kLoginConnect.size())) << l->buffer();
   ASSERT_TRUE(l->send_all(kOwnerConnected));
   ASSERT_TRUE(c.read_frame());
@@ -1946,16 +1955,11 @@ TEST_P(UringEngineTest, EagerLoginOnAnotherNodeBindsToTheOwnerWithAFreshReplay) 
 }
 
 TEST_P(UringEngineTest, LoginNodeThatNeverAnswersLeavesTheGatewayToAnswer) {
-  config_ = session::SessionConfig::gateway_defaults();
   options_.connect_timeout_ms = 300;
   FakeOwner silent;
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_login_node(silent.addr(), kOwnerNode + 1);
-  router_.set_direct(owner_.addr());
-  Conn c = client();
-  ASSERT_TRUE(c.send_all(kConnect));
-  std::optional<Conn> l = silent.accept();
-  ASSERT_TRUE(l);
+  Conn c;
+  std::optional<Conn> l;
+  ASSERT_NO_FATAL_FAILURE(start_eager_with_login_node(silent, kOwnerNode + 1, &c, &l));
   std::optional<std::string> connected = c.read_frame(3000ms);
   ASSERT_TRUE(connected) << c.buffer();
   EXPECT_EQ(header_of(*connected, "server")->rfind("sluice/", 0), 0u) << *connected;
