@@ -1863,15 +1863,10 @@ const std::string kLoginConnect =
     frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "10000,10000"}});
 
 TEST_P(UringEngineTest, EagerLoginAnswersWithTheNodesConnectedAndKeepsItsConnection) {
-  config_ = session::SessionConfig::gateway_defaults();
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_login_node(owner_.addr());
-  router_.set_direct(owner_.addr());
-  router_.set_placement_pending(true);
-  Conn c = client();
-  ASSERT_TRUE(c.send_all(kConnect));
-  std::optional<Conn> o = owner_.accept();
-  ASSERT_TRUE(o) << "no login check reached the node";
+  Conn c;
+  std::optional<Conn> o;
+  ASSERT_NO_FATAL_FAILURE(start_eager_with_login_node(owner_, kOwnerNode, &c, &o));
+  router_.set_placement_pending(true);  // read when the SEND binds
   std::optional<std::string> got = o->read_exact(kLoginConnect.size());
   ASSERT_TRUE(got) << "node got: " << o->buffer();
   EXPECT_EQ(*got, kLoginConnect);
