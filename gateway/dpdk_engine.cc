@@ -282,6 +282,7 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
   // Segments held while flows bind take mbufs from the pool rx refills from: a sixteenth.
   lc.parked_frames_max = d.mbufs / 16;
   lc.connect_timeout_ms = c.connect_timeout_ms;
+  lc.placements_per_source_per_minute = c.placements_per_source_per_minute;
   lc.session = c.session;
   // The lcore answers CONNECT itself (checking logins on the packet path is not built yet:
   // dataplane/dpdk/README.md); heart-beats are negotiated as the spill listener behind it
@@ -380,6 +381,10 @@ std::string DpdkEngine::metrics_text() const {
       {"sluice_dpdk_owner_failures_total", "Owner SYNs refused or unanswered (passive health).",
        k.owner_refused + k.owner_timeouts},
       {"sluice_dpdk_retransmits_total", "Segments the gateway sent again.", k.retransmits},
+      {"sluice_dpdk_placements_rate_limited_total",
+       "Placements not recorded: the client address placed "
+       "placement.placements_per_source_per_minute new queues this minute.",
+       k.placements_rate_limited},
       {"sluice_dpdk_heartbeats_sent_total",
        "Heart-beat EOLs the prelude sent clients that negotiated heart-beats.", k.heartbeats_sent},
       {"sluice_dpdk_ack_storm_drops_total", "Repeated pure ACKs cut.", k.ack_storm_drops},

@@ -252,10 +252,10 @@ struct WorkerCounters {
   std::atomic<uint64_t> heartbeat_mismatch_refused{0};
   std::atomic<uint64_t> heartbeat_mismatch_allowed{0};
   std::atomic<uint64_t> heartbeats_sent{0};  // EOLs the gateway sent while it spoke for a session
-  std::atomic<uint64_t> placements_confirmed{0};  // placements recorded after a node's CONNECTED
+  std::atomic<uint64_t> placements_confirmed{0};     // placements recorded after a node's CONNECTED
   std::atomic<uint64_t> placements_rate_limited{0};  // not recorded: over the per-source rate
-  std::atomic<uint64_t> spliced{0};               // sessions that reached splice
-  std::atomic<uint64_t> spilled{0};               // sessions that became spill sessions
+  std::atomic<uint64_t> spliced{0};                  // sessions that reached splice
+  std::atomic<uint64_t> spilled{0};                  // sessions that became spill sessions
   std::atomic<uint64_t> connect_failed{0};
   std::atomic<uint64_t> owner_error{0};     // the owner answered the replay with ERROR
   std::atomic<uint64_t> owner_protocol{0};  // ... with something that is not CONNECTED

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "dataplane/session/owner_greeting.h"
+#include "dataplane/session/placement_budget.h"
 #include "dataplane/session/prelude.h"
 #include "dataplane/session/spill_session.h"
 #include "dataplane/uring/engine.h"
-#include "dataplane/uring/placement_budget.h"
 #include "dataplane/uring/pool.h"
 #include "dataplane/uring/source_table.h"
 
@@ -377,7 +377,7 @@ class Worker {
   SlotPool<> outs_;
   SlotPool<SpillSlot> spills_;
   SourceTable sources_;
-  PlacementBudget placement_budget_;
+  session::PlacementBudget placement_budget_;
   uint32_t prelude_max_ = 0;  // preludes this worker has memory for (the live limit is lower)
   uint32_t spill_max_ = 0;
   uint64_t next_id_ = 0;

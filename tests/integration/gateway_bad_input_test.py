@@ -36,6 +36,7 @@ IDLE_SESSIONS = 10000
 WRONG_LOGINS = 10000
 WRONG_LOGINS_AT_ONCE = 64  # sessions open at once in that case
 WRONG_LOGINS_BOUND_S = 240
+WRONG_LOGINS_CONNECT_TIMEOUT_MS = 10000
 STATE_SAVE_SETTLE_S = 1.5  # control writes the state file within a second of a change
 OUTCOME_TIMEOUT_S = 15  # a bad session must have ended by then
 SILENT_OWNER_BOUND_S = 10  # the silent owner: the client must hear within this
@@ -300,6 +301,18 @@ class Run:
         """Sessions with a wrong passcode, each naming a queue nobody used: every one gets the
         node's ERROR at CONNECT; no placement is recorded or persisted; a good session completes
         meanwhile."""
+        # Every CONNECT is checked by a RabbitMQ node: the silent node takes no new sessions
+        # meanwhile (its checks would time out and leave the gateway to answer), and a node
+        # slowed by the load gets time to answer.
+        self.gw.ctl("node", "maintenance", "silent")
+        self.gw.ctl("set", "limits.connect_timeout_ms", str(WRONG_LOGINS_CONNECT_TIMEOUT_MS))
+        try:
+            self.wrong_logins()
+        finally:
+            self.gw.ctl("set", "limits.connect_timeout_ms", str(CONNECT_TIMEOUT_MS))
+            self.gw.ctl("node", "up", "silent")
+
+    def wrong_logins(self):
         state_file = os.path.join(self.gw.work, "state", "ownership")
         time.sleep(STATE_SAVE_SETTLE_S)  # a save the earlier cases armed lands first
         before_queues = self.gw.queues()

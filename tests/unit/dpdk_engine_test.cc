@@ -523,6 +523,22 @@ TEST_F(Splicer, PreludeSendsHeartBeatsAndClosesAClientThatSendsNone) {
       1u);
 }
 
+TEST_F(Splicer, PlacementIsConfirmedAtTheOwnersConnectedWithinTheSourcesBudget) {
+  auto cfg = default_config();
+  cfg.placements_per_source_per_minute = 1;
+  rebuild(cfg);
+  b().router.target.placement_pending = true;
+  Endpoint c1 = make_client(40000);
+  splice(c1);
+  ASSERT_EQ(b().router.confirmed.size(), 1u);
+  EXPECT_EQ(b().router.confirmed[0], (std::pair<std::string, uint32_t>{"q1", 7}));
+  // A second new queue from the same address within the minute: spliced, not recorded.
+  Endpoint c2 = make_client(40001);
+  splice(c2);
+  EXPECT_EQ(b().router.confirmed.size(), 1u);
+  EXPECT_EQ(b().lcore->counters().placements_rate_limited, 1u);
+}
+
 // ---- binding ---------------------------------------------------------------------------------
 
 TEST_F(Splicer, OwnerSynCarriesTheClientsIsnAndOptions) {

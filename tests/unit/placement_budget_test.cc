@@ -1,13 +1,13 @@
 // PlacementBudget: per client address, at most N placements a minute, a fresh budget each
 // minute, 0 meaning no limit.
-#include "dataplane/uring/placement_budget.h"
+#include "dataplane/session/placement_budget.h"
 
 #include <gtest/gtest.h>
 
-namespace sluice::uring::detail {
+namespace sluice::session {
 namespace {
 
-constexpr session::Nanos kSecond = 1000 * session::kNanosPerMilli;
+constexpr Nanos kSecond = 1000 * kNanosPerMilli;
 
 TEST(PlacementBudgetTest, AnAddressGetsItsBudgetEachMinute) {
   PlacementBudget b(3);
@@ -36,4 +36,4 @@ TEST(PlacementBudgetTest, ZeroMeansNoLimit) {
 }
 
 }  // namespace
-}  // namespace sluice::uring::detail
+}  // namespace sluice::session

@@ -70,6 +70,9 @@ struct LcoreConfig {
 
   // Deadlines of a flow's states, in the manner of a stateful NAT.
   uint32_t connect_timeout_ms = 2000;  // owner SYN to the owner's CONNECTED
+  // New queues one client address may have placed per minute (0: no limit); over it the flow
+  // goes on but nothing is recorded.
+  uint32_t placements_per_source_per_minute = 600;
   uint64_t established_idle_ms = 7'200'000;
   uint32_t fin_timeout_ms = 60'000;  // after a FIN each way, or after the gateway's own FIN
   uint32_t reset_linger_ms = 2'000;  // after a RST: absorb what is still in flight

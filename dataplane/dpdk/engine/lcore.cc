@@ -79,7 +79,8 @@ Lcore::Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_
       destinations_(config.flows_max),
       tuples_(config.flows_max * 2, config.flow_hash_key),
       timers_(config.flows_max, kTickNs, kWheelSlots, now_ns),
-      neighbors_(config.neighbors_max) {
+      neighbors_(config.neighbors_max),
+      placement_budget_(config.placements_per_source_per_minute) {
   SLUICE_ASSERT(config_.validate().empty());
   for (uint32_t i = config_.flows_max; i-- > 0;) {
     flows_[i].next_free = free_head_;

@@ -24,6 +24,7 @@
 #include "dataplane/dpdk/net/packet.h"
 #include "dataplane/dpdk/splice/syn_cookie.h"
 #include "dataplane/session/owner_greeting.h"
+#include "dataplane/session/placement_budget.h"
 #include "dataplane/session/prelude.h"
 
 namespace sluice::dpdk::engine {
@@ -55,6 +56,7 @@ struct LcoreCounters {
   uint64_t retransmits = 0;   // segments the gateway sent again
   uint64_t retransmit_giveups = 0;
   uint64_t heartbeats_sent = 0;  // EOLs the prelude sent a client that negotiated heart-beats
+  uint64_t placements_rate_limited = 0;  // not recorded: over the client address's budget
   std::array<uint64_t, session::kPreludeEndCount> prelude_ends{};  // by session::PreludeEnd
   uint64_t binds_owner = 0;
   uint64_t binds_spill = 0;
@@ -305,6 +307,7 @@ class Lcore final : public BurstHandler {
     bool resolved = false;
   };
   std::vector<Neighbor> neighbors_;
+  session::PlacementBudget placement_budget_;
   uint32_t neighbor_count_ = 0;
 
   // The fast path's checks of a frame's first 48 bytes, as six words loaded from it: word k

@@ -300,7 +300,11 @@ void Lcore::greeting_bytes(Flow& fl, Frame* f, net::Packet& p) {
       if (detail::FlowDestination& d = destinations_[index_of(fl)];
           d.flow_id == fl.id && d.placement_pending) {
         d.placement_pending = false;
-        router_.confirm_placement(session::QueueKey{d.vhost, d.queue, d.default_route}, fl.node);
+        if (placement_budget_.take(fl.client.rx.src_ip, session::Nanos(now_ns_))) {
+          router_.confirm_placement(session::QueueKey{d.vhost, d.queue, d.default_route}, fl.node);
+        } else {
+          ++counters_.placements_rate_limited;
+        }
       }
       fl.o_rcv_nxt = fl.owner_isn + 1 + g;
       const bool edited = fl.o2c.add(splice::SeqEdit{fl.owner_isn + 1, g, s.injected_bytes});

@@ -36,8 +36,8 @@ use constant WATCHDOG_S => 75;
 use constant RECEIPT_TIMEOUT_S => 10;
 use constant QUIET_S => 3;    # (3) how long bodies may arrive on -b
 use constant IDLE_S => 10;    # (5)
-use constant BEAT_S => 0.5;   # the client's beats: well inside the negotiated 1000 ms
-use constant HEART_BEAT => '1000,1000';
+use constant BEAT_S => 0.5;   # the client's beats: well inside the negotiated 2000 ms
+use constant HEART_BEAT => '2000,2000';
 
 my ($host, $port, $login, $passcode, $prefix, $vhost) = @ARGV;
 my $qa = "/queue/$prefix-a";

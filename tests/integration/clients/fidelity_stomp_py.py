@@ -27,7 +27,7 @@ WATCHDOG_S = 75
 RECEIPT_TIMEOUT_S = 10
 QUIET_S = 3  # (3) how long bodies may arrive on -b
 IDLE_S = 10  # (5)
-HEART_BEAT = (1000, 1000)
+HEART_BEAT = (2000, 2000)
 
 
 class Listener(stomp.ConnectionListener):

@@ -1,7 +1,8 @@
 // New queues one client address may have placed per minute
 // (placement.placements_per_source_per_minute): a fixed direct-mapped table of per-address
 // counters for the current minute, so a client that logs in cannot fill the ownership table.
-// Addresses that share a slot share a budget (the limit only gets stricter for them).
+// Addresses that share a slot share a budget (the limit only gets stricter for them). Both
+// engines keep one per worker; the time is the caller's.
 #pragma once
 
 #include <cstdint>
@@ -9,18 +10,18 @@
 
 #include "dataplane/session/config.h"
 
-namespace sluice::uring::detail {
+namespace sluice::session {
 
 class PlacementBudget {
  public:
   static constexpr uint32_t kSlots = 4096;
-  static constexpr session::Nanos kWindow = 60'000 * session::kNanosPerMilli;
+  static constexpr Nanos kWindow = 60'000 * kNanosPerMilli;
 
   // `per_minute` 0: no limit.
   explicit PlacementBudget(uint32_t per_minute) : per_minute_(per_minute), slots_(kSlots) {}
 
   // True, and one taken, when `addr` may place another queue now.
-  bool take(uint32_t addr, session::Nanos now) {
+  bool take(uint32_t addr, Nanos now) {
     if (per_minute_ == 0) return true;
     Slot& s = slots_[mix(addr) % kSlots];
     if (now - s.window_start >= kWindow || s.count == 0) {
@@ -34,7 +35,7 @@ class PlacementBudget {
 
  private:
   struct Slot {
-    session::Nanos window_start = 0;
+    Nanos window_start = 0;
     uint32_t count = 0;
   };
   static uint32_t mix(uint32_t x) {
@@ -48,4 +49,4 @@ class PlacementBudget {
   std::vector<Slot> slots_;
 };
 
-}  // namespace sluice::uring::detail
+}  // namespace sluice::session
