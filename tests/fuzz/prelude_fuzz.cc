@@ -193,7 +193,8 @@ class PreludeRun {
         before_login_.assign(buffer_.data(), prelude_.buffered_bytes());
         if (prelude_.connect_frame().empty()) __builtin_trap();
         if (rng_.below(2) == 0) {
-          prelude_.login_accepted(ss::HeartBeat{uint32_t(rng_.below(3000)), uint32_t(rng_.below(3000))});
+          prelude_.login_accepted(
+              ss::HeartBeat{uint32_t(rng_.below(3000)), uint32_t(rng_.below(3000))});
           if (!prelude_.accepted()) __builtin_trap();
           continue;
         }
@@ -381,8 +382,7 @@ void check_bind(const Session& s, const ss::SessionConfig& config, PreludeRun& r
   const std::string_view as_sent =
       run.before_login().empty() ? std::string_view(buf.data(), connect_end)
                                  : std::string_view(run.before_login()).substr(0, connect_end);
-  std::optional<std::string> original =
-      first_frame(as_sent, config.frame_limits, &connect_begin);
+  std::optional<std::string> original = first_frame(as_sent, config.frame_limits, &connect_begin);
   if (!original || connect_begin + original->size() != connect_end) __builtin_trap();
   const HeaderList before = headers_of(*original, config.frame_limits, p.version());
 
