@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include "dataplane/dpdk/port/mbuf_pool.h"
 #include "dataplane/dpdk/port/port.h"
 #include "dataplane/session/prelude.h"
+#include "gateway/login_cache.h"
 #include "gateway/metrics_families.h"
 
 namespace sluice::gateway {
@@ -41,10 +43,44 @@ constexpr uint32_t kMbufCache = 256;
 // IPv4.
 class DpdkRouter final : public engine::Router {
  public:
-  DpdkRouter(control::Control::Worker worker, NodeDirectory& directory)
-      : replica_(std::move(worker), directory, "dpdk0") {}
+  DpdkRouter(control::Control::Worker worker, NodeDirectory& directory, uint32_t login_cache_ms)
+      : replica_(std::move(worker), directory, "dpdk0"), logins_(login_cache_ms) {}
   engine::Target route(const session::QueueKey& key, uint64_t session_hash) override {
-    const uring::RouteDecision d = replica_.route(key, session_hash);
+    return target_of(replica_.route(key, session_hash));
+  }
+  void connect_failed(uint32_t node) override { replica_.connect_failed(node); }
+  void confirm_placement(const session::QueueKey& key, uint32_t node) override {
+    replica_.confirm_placement(key, node);
+  }
+  engine::Target login_node(std::string_view vhost, uint64_t session_hash,
+                            uint32_t attempt) override {
+    return target_of(replica_.login_node(vhost, session_hash, attempt));
+  }
+  std::optional<std::string_view> login_cached(std::string_view vhost,
+                                               std::optional<std::string_view> login,
+                                               std::optional<std::string_view> passcode,
+                                               uint64_t now_ns) override {
+    return logins_.find(vhost, login, passcode, session::Nanos(now_ns));
+  }
+  void login_accepted(std::string_view vhost, std::optional<std::string_view> login,
+                      std::optional<std::string_view> passcode, std::string_view server,
+                      uint64_t now_ns) override {
+    logins_.remember(vhost, login, passcode, server, session::Nanos(now_ns));
+  }
+  void login_refused(std::string_view vhost, std::optional<std::string_view> login,
+                     std::optional<std::string_view> passcode) override {
+    logins_.forget(vhost, login, passcode);
+  }
+  void session_end(const engine::SessionEnd& e) override;
+  void poll() { replica_.poll(); }
+  std::string_view node_name(uint32_t node) const { return replica_.node_name(node); }
+  uint64_t login_cache_hits() const { return logins_.hits(); }
+
+ private:
+  // Session-end log lines: at most this many a second, the rest counted in one line.
+  static constexpr uint32_t kSessionEndLogsPerSecond = 20;
+
+  static engine::Target target_of(const uring::RouteDecision& d) {
     switch (d.kind) {
       case uring::RouteDecision::Kind::kDirect:
         return engine::Target{engine::Target::Kind::kOwner, d.node, ntohl(d.addr.sin_addr.s_addr),
@@ -56,16 +92,43 @@ class DpdkRouter final : public engine::Router {
     }
     return {};
   }
-  void connect_failed(uint32_t node) override { replica_.connect_failed(node); }
-  void confirm_placement(const session::QueueKey& key, uint32_t node) override {
-    replica_.confirm_placement(key, node);
-  }
-  void poll() { replica_.poll(); }
-  std::string_view node_name(uint32_t node) const { return replica_.node_name(node); }
 
- private:
   ReplicaRouter replica_;
+  LoginCache logins_;
+  std::chrono::steady_clock::time_point log_window_{};
+  uint32_t log_lines_ = 0;
+  uint64_t log_suppressed_ = 0;
 };
+
+std::string endpoint_text(uint32_t ip, uint16_t port);
+
+void DpdkRouter::session_end(const engine::SessionEnd& e) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - log_window_ >= std::chrono::seconds(1)) {
+    if (log_suppressed_ > 0) {
+      control::log_event(control::LogLevel::kInfo, "session_end_lines_suppressed",
+                         {{"lines", std::to_string(log_suppressed_)}});
+    }
+    log_window_ = now;
+    log_lines_ = 0;
+    log_suppressed_ = 0;
+  }
+  if (log_lines_ >= kSessionEndLogsPerSecond) {
+    ++log_suppressed_;
+    return;
+  }
+  ++log_lines_;
+  const std::string client = endpoint_text(e.client_ip, e.client_port);
+  const std::string_view owner = e.node != UINT32_MAX ? replica_.node_name(e.node) : "-";
+  control::log_event(control::LogLevel::kInfo, "session_end",
+                     {{"reason", e.reason},
+                      {"client", client},
+                      {"vhost", e.vhost},
+                      {"login", e.login},
+                      {"queue", e.queue},
+                      {"owner", owner},
+                      {"message", e.message}});
+}
 
 struct Snapshot {
   engine::LcoreCounters counters;
@@ -284,10 +347,6 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
   lc.connect_timeout_ms = c.connect_timeout_ms;
   lc.placements_per_source_per_minute = c.placements_per_source_per_minute;
   lc.session = c.session;
-  // The lcore answers CONNECT itself (checking logins on the packet path is not built yet:
-  // dataplane/dpdk/README.md); heart-beats are negotiated as the spill listener behind it
-  // negotiates them, so that its answer agrees with what the client was told.
-  lc.session.login_check = session::LoginCheck::kDeferred;
   if (getrandom(lc.cookie_key.data(), lc.cookie_key.size(), 0) != ssize_t(lc.cookie_key.size()) ||
       getrandom(&lc.flow_hash_key, sizeof lc.flow_hash_key, 0) !=
           ssize_t(sizeof lc.flow_hash_key) ||
@@ -302,7 +361,7 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
     *error = "dpdk: " + bad;
     return nullptr;
   }
-  impl->router = std::make_unique<DpdkRouter>(std::move(worker), directory);
+  impl->router = std::make_unique<DpdkRouter>(std::move(worker), directory, c.login_cache_ms);
   impl->lcore = std::make_unique<engine::Lcore>(lc, *impl->router, *impl->pool, 0);
   impl->handler = std::make_unique<LcoreHandler>(*impl->lcore, *impl->router, impl->mutex,
                                                  impl->snapshot, impl->views);
@@ -386,7 +445,25 @@ std::string DpdkEngine::metrics_text() const {
        "placement.placements_per_source_per_minute new queues this minute.",
        k.placements_rate_limited},
       {"sluice_dpdk_heartbeats_sent_total",
-       "Heart-beat EOLs the prelude sent clients that negotiated heart-beats.", k.heartbeats_sent},
+       "Heart-beat EOLs the gateway sent for sessions it speaks for (to clients, and to the "
+       "login check's held connections).",
+       k.heartbeats_sent},
+      {"sluice_dpdk_login_accepted_total", "CONNECTs a node accepted at the login check.",
+       k.login_accepted},
+      {"sluice_dpdk_login_refused_total", "CONNECTs a node refused (its ERROR sent on).",
+       k.login_refused},
+      {"sluice_dpdk_login_failed_total",
+       "Login checks a node could not take (refused, closed, silent): the next node is asked.",
+       k.login_failed},
+      {"sluice_dpdk_login_cached_total", "CONNECTs answered from the login cache.", k.login_cached},
+      {"sluice_dpdk_login_unchecked_total",
+       "CONNECTs the gateway answered because no node could check them.", k.login_unchecked},
+      {"sluice_dpdk_login_conn_kept_total",
+       "Login check connections kept as the owner's (the node owned the destination).",
+       k.login_conn_kept},
+      {"sluice_dpdk_login_conn_closed_total",
+       "Login check connections closed (another owner, a spill, or the node spoke).",
+       k.login_conn_closed},
       {"sluice_dpdk_ack_storm_drops_total", "Repeated pure ACKs cut.", k.ack_storm_drops},
       {"sluice_dpdk_established_path_total",
        "Segments of spliced flows rewritten without the general parse and dispatch.",

@@ -1,6 +1,6 @@
-// The io_uring engine's login cache (stomp.login_cache_ms): logins a node accepted, kept as a
-// keyed BLAKE2b of (vhost, login, passcode) so that no passcode is held, each for a bounded
-// time; one per worker, so nothing is shared between threads.
+// The engines' login cache (stomp.login_cache_ms): logins a node accepted, kept as a keyed
+// BLAKE2b of (vhost, login, passcode) so that no passcode is held, each for a bounded time; one
+// per io_uring worker and one per DPDK lcore, so nothing is shared between threads.
 #pragma once
 
 #include <sodium.h>

@@ -187,8 +187,8 @@ int run(const std::string& path) {
   std::string engine_error;
   sluice::session::SessionConfig engine_session = config.session;
   if (config.engine == EngineKind::kDpdk) {
-    // The spill listener behind the DPDK engine answers the lcore's replay itself, as the
-    // lcore answered the client (gateway/dpdk_engine.cc), heart-beats the same way.
+    // The spill listener behind the DPDK engine answers the lcore's replay itself (the lcore
+    // strips that CONNECTED); spill sessions keep the spill's own authentication.
     engine_session.login_check = sluice::session::LoginCheck::kDeferred;
   }
   std::unique_ptr<sluice::uring::Engine> engine = sluice::uring::Engine::open(

@@ -106,8 +106,43 @@ class ScriptedRouter final : public engine::Router {
   void confirm_placement(const session::QueueKey& key, uint32_t node) override {
     confirmed.emplace_back(std::string(key.queue), node);
   }
+  // The login check's nodes: login_nodes[attempt], none past them.
+  engine::Target login_node(std::string_view, uint64_t, uint32_t attempt) override {
+    ++login_asks;
+    if (attempt < login_nodes.size()) return login_nodes[attempt];
+    return engine::Target{};
+  }
+  // A one-entry login cache, keyed by the passcode alone (the tests' logins differ in it).
+  std::optional<std::string_view> login_cached(std::string_view, std::optional<std::string_view>,
+                                               std::optional<std::string_view> passcode,
+                                               uint64_t) override {
+    if (cached_passcode.empty() || passcode.value_or("") != cached_passcode) return std::nullopt;
+    return cached_server;
+  }
+  void login_accepted(std::string_view, std::optional<std::string_view>,
+                      std::optional<std::string_view> passcode, std::string_view server,
+                      uint64_t) override {
+    cached_passcode = std::string(passcode.value_or(""));
+    cached_server = std::string(server);
+  }
+  void login_refused(std::string_view, std::optional<std::string_view>,
+                     std::optional<std::string_view> passcode) override {
+    if (passcode.value_or("") == cached_passcode) cached_passcode.clear();
+    ++logins_refused;
+  }
+  void session_end(const engine::SessionEnd& e) override {
+    ends.push_back(std::string(e.reason) + " vhost=" + std::string(e.vhost) +
+                   " login=" + std::string(e.login) + " queue=" + std::string(e.queue) +
+                   " message=" + std::string(e.message));
+  }
 
   engine::Target target{engine::Target::Kind::kOwner, 7, kOwnerIp, kOwnerPort, {}};
+  std::vector<engine::Target> login_nodes;
+  uint32_t login_asks = 0;
+  std::string cached_passcode;
+  std::string cached_server;
+  uint32_t logins_refused = 0;
+  std::vector<std::string> ends;
   std::vector<std::pair<std::string, uint32_t>> confirmed;
   std::string last_queue;
   std::string last_vhost;

@@ -33,9 +33,11 @@ void check(bool ok, const char* what) {
   }
 }
 
-engine::LcoreConfig fuzz_config(bool established_path) {
+engine::LcoreConfig fuzz_config(bool established_path, bool eager = false) {
   engine::LcoreConfig c = default_config();
   c.established_path = established_path;
+  // The login check at CONNECT, its node the owner's: the held connection and its keeping.
+  if (eager) c.session.login_check = sluice::session::LoginCheck::kEager;
   c.flows_max = 8;
   c.prelude_flows_max = 4;
   c.local_port_max = c.local_port_min + 3;  // port exhaustion is reachable
@@ -51,22 +53,25 @@ engine::LcoreConfig fuzz_config(bool established_path) {
 }
 
 struct World {
-  Bench b{fuzz_config(true)};
-  Bench g{fuzz_config(false)};  // every segment through the general parse and dispatch
-  Bench f{fuzz_config(true)};   // delivered as the driver does: Lcore::fast first
-  std::vector<Endpoint> clients;
-  std::map<uint16_t, Endpoint> owners;  // by the gateway's local port
-
-  World() {
+  explicit World(bool eager)
+      : b{fuzz_config(true, eager)},
+        g{fuzz_config(false, eager)},  // every segment through the general parse and dispatch
+        f{fuzz_config(true, eager)} {  // delivered as the driver does: Lcore::fast first
     for (Bench* x : {&b, &g, &f}) {
       x->lcore->add_neighbor(kOwnerIp, kOwnerMac);
       x->lcore->add_neighbor(kSpillIp, kSpillMac);
+      x->router.login_nodes = {x->router.target};
     }
     for (size_t i = 0; i < kClients; ++i)
       clients.push_back(make_client(uint16_t(40000 + i), 0x10000000u * uint32_t(i + 1)));
   }
 
-  // What `b` sent, checked against what `g` sent for the same input.
+  Bench b;
+  Bench g;
+  Bench f;
+  std::vector<Endpoint> clients;
+  std::map<uint16_t, Endpoint> owners;  // by the gateway's local port
+
   // What `b` sent, checked against what `g` and `f` sent for the same input.
   static std::vector<Sent> same(std::vector<Sent> out, const std::vector<Sent>& general,
                                 const std::vector<Sent>& driver) {
@@ -174,7 +179,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string config_error = fuzz_config(true).validate();
   check(config_error.empty(), config_error.c_str());
   FuzzedDataProvider in(data, size);
-  World w;
+  World w(in.ConsumeBool());
   for (size_t step = 0; step < kStepsMax && in.remaining_bytes() > 0; ++step) {
     Endpoint& c = w.clients[in.ConsumeIntegralInRange<size_t>(0, kClients - 1)];
     Endpoint* o = nullptr;

@@ -19,6 +19,12 @@ STOMP sink (stomp_sink.py) on 10.77.2.12:61613 in N. Clients are real Linux TCP 
     pinned to one node ends with a RST, a new one from the same address and port subscribes to
     a queue pinned to the other node; it is a new session (a cookie, its own routing decision),
     so the queue is created on its own node, not on the old flow's owner;
+(f) the login check at CONNECT on the packet path (login_check eager): a good CONNECT gets the
+    node's own CONNECTED (RabbitMQ's server and session headers); a wrong passcode and an
+    unknown vhost get the node's ERROR at once, then the close, and the SEND behind them
+    places nothing (the queue is not in the table) and is logged (session_end
+    reason=login_refused); a client that asked for heart-beats and falls silent in the prelude
+    gets the gateway's beats and is closed within twice its interval;
 (g) sluice-load, 20 producers and 20 consumers on 4 queues, receipts on: nothing lost,
     duplicated or out of order;
 (c) the owner stopped: the session spills (RECEIPT only once durable), a consumer is told
@@ -234,6 +240,84 @@ class Run(gateway_test.Run):
         return "".join(node_section(f"rabbit{i + 1}", n["stomp_address"], n["name"])
                        for i, n in enumerate(self.cluster.nodes))
 
+    # -- (f) the login check ---------------------------------------------------------------
+
+    def case_login(self):
+        """Runs first: the login is not in the cache yet."""
+        gw = self.gw
+
+        def good_connect():
+            r = RawStomp(gw.port, host=self.gw_host)
+            try:
+                r.send(connect_frame(self.login, self.passcode))
+                return r.read_frame()
+            finally:
+                r.close()
+        accepted = gw.metric("sluice_dpdk_login_accepted_total")
+        f = good_connect()
+        check(f and f.command == "CONNECTED" and f.headers.get("server", "").startswith("RabbitMQ")
+              and f.headers.get("session", "") and not f.headers["session"].startswith("sluice-"),
+              f"a good CONNECT: expected the node's own CONNECTED, got {f}")
+        # The engine's metrics are a snapshot, 100 ms fresh.
+        wait_until("the node's acceptance counted", 5,
+                   lambda: gw.metric("sluice_dpdk_login_accepted_total") == accepted + 1)
+        say(f"ok (f): the node's own CONNECTED (server {f.headers['server']!r}, "
+            f"session {f.headers['session']!r})")
+        # The same login again: answered from the cache, in the name of the node that accepted it.
+        cached = gw.metric("sluice_dpdk_login_cached_total")
+        f = good_connect()
+        check(f and f.command == "CONNECTED" and f.headers.get("server", "").startswith("RabbitMQ"),
+              f"a cached CONNECT: expected the node's server header, got {f}")
+        wait_until("the answer from the login cache counted", 5,
+                   lambda: gw.metric("sluice_dpdk_login_cached_total") == cached + 1)
+        say(f"ok (f): the same login again: from the cache, server {f.headers['server']!r}")
+        refused = gw.metric("sluice_dpdk_login_refused_total")
+        for what, connect in (
+                ("a wrong passcode", connect_frame(self.login, "wrong-" + self.passcode)),
+                ("an unknown vhost", connect_frame(self.login, self.passcode).replace(
+                    b"host:/\n", b"host:sluice-no-such-vhost\n"))):
+            q = self.queue_name("f-" + what.split()[-1])
+            r = RawStomp(gw.port, host=self.gw_host)
+            try:
+                r.send(connect + frame("SEND", [("destination", "/queue/" + q),
+                                                ("receipt", "r1")], b"bad"))
+                f = r.read_frame()
+                check(f and f.command == "ERROR", f"{what}: expected the node's ERROR, got {f}")
+                rest = r.wait_closed()
+                check(rest == b"", f"{what}: bytes after the ERROR: {rest!r}")
+            finally:
+                r.close()
+            check(("/", q) not in gw.queues(), f"{what}: the queue {q} was placed")
+            say(f"ok (f): {what}: the node's ERROR (message {f.headers.get('message')!r}), "
+                f"the close, nothing placed")
+        wait_until("both refusals counted", 5,
+                   lambda: gw.metric("sluice_dpdk_login_refused_total") >= refused + 2)
+        # One session_end line each, with the client's address, the node and its message.
+        def refusals_logged():
+            return sum(1 for line in gw.log_text().splitlines()
+                       if "session_end" in line and "reason=login_refused" in line
+                       and "client=10.77.1.2:" in line and "owner=rabbit" in line
+                       and 'message="Bad CONNECT"' in line) >= 2
+        wait_until("the refusals logged", 5, refusals_logged)
+        # Heart-beats: the gateway speaks for the session in the prelude.
+        beating = connect_frame(self.login, self.passcode).replace(b"heart-beat:0,0",
+                                                                   b"heart-beat:1000,1000")
+        r = RawStomp(gw.port, host=self.gw_host)
+        try:
+            r.send(beating)
+            f = r.read_frame()
+            check(f and f.command == "CONNECTED" and f.headers.get("heart-beat") == "1000,1000",
+                  f"heart-beats: expected CONNECTED with 1000,1000, got {f}")
+            took, got = self.silent_after(r, "a silent client in the DPDK prelude")
+        finally:
+            r.close()
+        beats = len(got) - len(got.lstrip(b"\n"))
+        check(beats >= 1 and b"message:heart-beat timeout" in got,
+              f"a silent client in the DPDK prelude got {got!r}")
+        check(1.5 <= took <= 2.5, f"the DPDK prelude closed a silent client after {took:.1f} s "
+              f"(its interval 1 s, grace 2 s)")
+        say(f"ok (f): heart-beats 1000,1000: {beats} beat(s), then closed after {took:.1f} s")
+
     # -- (b) pinned ---------------------------------------------------------------------------
 
     def case_pinned(self, pinned):
@@ -382,9 +466,10 @@ class Run(gateway_test.Run):
         try:
             r.send(connect_frame(self.login, self.passcode))
             f = r.read_frame()
-            check(f is not None and f.command == "CONNECTED" and
-                  f.headers.get("server", "").startswith("sluice/"),
-                  f"({label}) expected the gateway's CONNECTED, got {f}")
+            # The sink's CONNECTED: it checked the login (or did for an earlier session of
+            # this login, then the gateway answered from its login cache with the sink's name).
+            check(f is not None and f.command == "CONNECTED" and f.headers.get("server") == "sink",
+                  f"({label}) expected the sink's CONNECTED, got {f}")
             # Until the session is bound the gateway reads frames as STOMP and refuses a body
             # over limits.body_bytes_max: a small SEND binds it, the big one is then spliced.
             r.send(frame("SEND", [("destination", "/queue/" + q), ("receipt", "bind")], b"bind",
@@ -525,7 +610,7 @@ class Run(gateway_test.Run):
     # -- run ----------------------------------------------------------------------------------
 
     def run(self):
-        selected = os.environ.get("SLUICE_DPDK_CASES", "abogcrtl")
+        selected = os.environ.get("SLUICE_DPDK_CASES", "fabogcrtl")
         times = {}
         failed = {}
         t = time.monotonic()
@@ -547,7 +632,7 @@ class Run(gateway_test.Run):
                                self.gw.status()["nodes"])
             times[name] = time.monotonic() - t0
 
-        if any(x in selected for x in "abogc"):
+        if any(x in selected for x in "fabogc"):
             pinned = {self.queue_name("b1"): "rabbit1", self.queue_name("b2"): "rabbit2"}
             reopen_pins = {self.queue_name("o1"): "rabbit1", self.queue_name("o2"): "rabbit2"}
             work = os.path.join(self.work, "dpdk-main")
@@ -560,12 +645,13 @@ class Run(gateway_test.Run):
                 pin_section(q, n) for q, n in {**pinned, **reopen_pins}.items())
             self.start_gateway("dpdk-main", nodes, f'users_file = "{users}"')
             with netns(self.topo.c):
+                timed("f", self.case_login)
                 timed("a", self.case_placed)
                 timed("b", self.case_pinned, pinned)
                 timed("o", self.case_reopen, reopen_pins)
                 timed("g", self.case_load)
                 timed("c", self.case_owner_down)
-            if all(x in selected for x in "abogc") and not failed:
+            if all(x in selected for x in "fabogc") and not failed:
                 # The narrow local port range did what it is there for (see LOCAL_PORT_MIN).
                 evicted = self.gw.metric("sluice_dpdk_lingering_evicted_total")
                 if evicted == 0:

@@ -1334,6 +1334,347 @@ TEST_F(SplicerStates, LostSegmentsInSpliceModeAreTheEndpointsBusiness) {
   (void)o;
 }
 
+// ---- the login check (login_check eager) ----------------------------------------------------
+
+engine::LcoreConfig eager_config() {
+  engine::LcoreConfig c = default_config();
+  c.session.login_check = sluice::session::LoginCheck::kEager;
+  return c;
+}
+
+constexpr uint32_t kOtherOwnerIp = ip4(10, 0, 2, 11);
+const net::MacAddr kOtherOwnerMac{{0x02, 0, 0, 0, 2, 0x0b}};
+
+class EagerLogin : public Splicer {
+ protected:
+  EagerLogin() : Splicer(eager_config()) {
+    b().lcore->add_neighbor(kOtherOwnerIp, kOtherOwnerMac);
+    b().router.login_nodes = {b().router.target};
+  }
+
+  // The client's CONNECT (`frame`): the gateway acknowledges it and sends the login node its
+  // SYN, which is returned.
+  Sent connect_eager(Endpoint& c, const std::string& frame = kConnect) {
+    const auto out = b().deliver(c.data(frame), 0);
+    const Sent ack = only(on_port(out, 0));
+    EXPECT_EQ(ack.p.payload_bytes, 0u);
+    EXPECT_EQ(ack.p.ack, c.snd_nxt);
+    const Sent syn = only(on_port(out, 1));
+    EXPECT_TRUE(syn.has(net::kSyn) && !syn.has(net::kAck));
+    EXPECT_EQ(syn.p.seq, c.isn);
+    EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kPrelude);
+    return syn;
+  }
+
+  // The node's SYN-ACK: the gateway sends it the rewritten CONNECT, which is returned.
+  std::string accept_login(Endpoint& o) {
+    std::string bytes;
+    for (const Sent& s : accept(o)) {
+      bytes += s.payload();
+      o.receive(s);
+    }
+    return bytes;
+  }
+
+  // The node answers `answer`: returns what the client was sent.
+  std::vector<Sent> answer(Endpoint& o, const std::string& answer) {
+    const auto out = b().deliver(o.data(answer), 1);
+    for (const Sent& s : on_port(out, 1))
+      o.receive(s);
+    return on_port(out, 0);
+  }
+
+  // The whole check with the node accepting: returns the node.
+  Endpoint accepted(Endpoint& c, const std::string& connected = kNodeConnected,
+                    const std::string& frame = kConnect) {
+    handshake(c);
+    const Sent syn = connect_eager(c, frame);
+    Endpoint o = make_owner(syn);
+    accept_login(o);
+    const auto out = b().deliver(o.data(connected), 1);
+    const Sent s = only(on_port(out, 0));
+    EXPECT_EQ(s.payload(), connected);
+    c.receive(s);
+    const Sent ack = only(on_port(out, 1));  // the node's CONNECTED is acknowledged
+    EXPECT_EQ(ack.p.ack, o.snd_nxt);
+    EXPECT_EQ(ack.p.payload_bytes, 0u);
+    EXPECT_TRUE(b().deliver(c.segment(net::kAck), 0).empty());
+    return o;
+  }
+
+  static inline const std::string kNodeConnected =
+      stomp_frame("CONNECTED", {{"server", "RabbitMQ/3.10.8"},
+                                {"session", "session-Kb3wXtT1"},
+                                {"heart-beat", "0,0"},
+                                {"version", "1.2"}});
+  static inline const std::string kConnectOut =
+      stomp_frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "0,0"}});
+};
+
+TEST_F(EagerLogin, TheClientGetsTheNodesConnectedAndTheOwnerKeepsItsConnection) {
+  b().router.target.placement_pending = true;
+  Endpoint c = make_client();
+  handshake(c);
+  const Sent syn = connect_eager(c);
+  EXPECT_EQ(syn.p.dst_ip, kOwnerIp);
+  Endpoint o = make_owner(syn);
+  EXPECT_EQ(accept_login(o), kConnectOut);  // the CONNECT as the owner gets it, nothing more
+  EXPECT_TRUE(b().router.confirmed.empty());
+  const auto to_client = answer(o, kNodeConnected);
+  EXPECT_EQ(only(to_client).payload(), kNodeConnected);  // byte for byte
+  c.receive(to_client[0]);
+  EXPECT_EQ(b().router.cached_server, "RabbitMQ/3.10.8");
+  // The first destination's owner is that node: no second connection, only the SEND goes.
+  const auto out = b().deliver(c.data(kSendQ1), 0);
+  EXPECT_EQ(on_port(out, 0).size(), 1u);  // the SEND's ACK
+  const Sent replay = only(on_port(out, 1));
+  EXPECT_FALSE(replay.has(net::kSyn));
+  EXPECT_EQ(replay.p.seq, o.rcv_nxt);
+  EXPECT_EQ(replay.payload(), kSendQ1);
+  o.receive(replay);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kReplay);
+  ASSERT_EQ(b().router.confirmed.size(), 1u);  // the node accepted the login
+  // The owner acknowledges it: spliced.
+  EXPECT_TRUE(b().deliver(o.segment(net::kAck), 1).empty());
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+  const auto& k = b().lcore->counters();
+  EXPECT_EQ(k.login_accepted, 1u);
+  EXPECT_EQ(k.login_conn_kept, 1u);
+  EXPECT_EQ(k.binds_owner, 1u);
+  // Both ways the sequence numbers carry on from what each side saw.
+  const std::string receipt = stomp_frame("RECEIPT", {{"receipt-id", "r1"}});
+  const Sent r = only(b().deliver(o.data(receipt), 1));
+  EXPECT_EQ(r.port, 0);
+  EXPECT_EQ(r.p.seq, c.rcv_nxt);
+  EXPECT_EQ(r.p.ack, c.snd_nxt);
+  EXPECT_EQ(r.payload(), receipt);
+  c.receive(r);
+  const std::string more = stomp_frame("SEND", {{"destination", "/queue/q1"}}, "world");
+  const Sent fwd = only(b().deliver(c.data(more), 0));
+  EXPECT_EQ(fwd.port, 1);
+  EXPECT_EQ(fwd.p.seq, o.rcv_nxt);
+  EXPECT_EQ(fwd.p.ack, o.snd_nxt);
+  EXPECT_EQ(fwd.payload(), more);
+}
+
+TEST_F(EagerLogin, TheNodesErrorReachesTheClientAndNothingIsRecorded) {
+  b().router.target.placement_pending = true;
+  Endpoint c = make_client();
+  handshake(c);
+  const std::string connect = stomp_frame(
+      "CONNECT",
+      {{"accept-version", "1.2"}, {"host", "/"}, {"login", "guest"}, {"passcode", "wrong"}});
+  Endpoint o = make_owner(connect_eager(c, connect));
+  accept_login(o);
+  b().router.cached_passcode = "wrong";  // a stale entry: the refusal empties it
+  const std::string error =
+      stomp_frame("ERROR", {{"message", "Bad CONNECT"}, {"content-type", "text/plain"}},
+                  "Access refused for user 'guest'");
+  const auto out = b().deliver(o.data(error), 1);
+  EXPECT_TRUE(only(on_port(out, 1)).has(net::kRst));
+  const Sent to_client = only(on_port(out, 0));
+  EXPECT_EQ(to_client.payload(), error);
+  EXPECT_TRUE(to_client.has(net::kFin));
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kClosing);
+  // The client takes the ERROR and the FIN, then closes too (the window is open for its
+  // FIN): the flow ends.
+  EXPECT_GT(to_client.p.window, 0u);
+  c.receive(to_client);
+  b().deliver(c.segment(net::kAck), 0);
+  const auto last = b().deliver(c.data({}, net::kFin), 0);
+  EXPECT_EQ(only(last).p.ack, c.snd_nxt);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kFree);
+  EXPECT_EQ(b().router.routes, 0u);
+  EXPECT_TRUE(b().router.confirmed.empty());
+  EXPECT_TRUE(b().router.cached_passcode.empty());
+  const auto& k = b().lcore->counters();
+  EXPECT_EQ(k.login_refused, 1u);
+  EXPECT_EQ(k.prelude_ends[size_t(sluice::session::PreludeEnd::kLoginRefused)], 1u);
+  ASSERT_EQ(b().router.ends.size(), 1u);
+  EXPECT_EQ(b().router.ends[0], "login_refused vhost=/ login=guest queue= message=Bad CONNECT");
+}
+
+TEST_F(EagerLogin, ANodeThatCannotCheckIsPassedOverThenTheGatewayAnswers) {
+  engine::Target other = b().router.target;
+  other.node = 8;
+  other.ip = kOtherOwnerIp;
+  b().router.login_nodes.push_back(other);
+  Endpoint c = make_client();
+  handshake(c);
+  // The first node refuses the connection: the second is asked at once.
+  Endpoint o = make_owner(connect_eager(c));
+  const auto out = b().deliver(o.segment(net::kRst | net::kAck, {}, 0u), 1);
+  const Sent syn = only(out);
+  EXPECT_TRUE(syn.has(net::kSyn));
+  EXPECT_EQ(syn.p.dst_ip, kOtherOwnerIp);
+  // It takes the connection but never answers the CONNECT: after connect_timeout_ms, no node
+  // is left and the gateway answers itself.
+  Endpoint o2 = make_owner(syn, 0x71000000, kOtherOwnerIp, kOtherOwnerMac);
+  EXPECT_EQ(accept_login(o2), kConnectOut);
+  std::string to_client;
+  bool reset = false;
+  for (const Sent& s : b().advance_ms(b().config.connect_timeout_ms + 1)) {
+    if (s.port == 0) to_client += s.payload();
+    reset = reset || (s.port == 1 && s.has(net::kRst) && s.p.dst_ip == kOtherOwnerIp);
+  }
+  EXPECT_TRUE(reset);
+  EXPECT_EQ(to_client.rfind("CONNECTED\n", 0), 0u) << to_client;
+  EXPECT_NE(to_client.find("session:sluice-"), std::string::npos) << to_client;
+  EXPECT_EQ(b().router.failed, (std::vector<uint32_t>{7, 8}));
+  const auto& k = b().lcore->counters();
+  EXPECT_EQ(k.login_failed, 2u);
+  EXPECT_EQ(k.login_unchecked, 1u);
+  EXPECT_EQ(b().router.login_asks, 3u);
+}
+
+TEST_F(EagerLogin, ACachedLoginIsAnsweredWithoutANode) {
+  b().router.cached_passcode = "secret";
+  b().router.cached_server = "RabbitMQ/3.10.8";
+  Endpoint c = make_client();
+  handshake(c);
+  const std::string connect = stomp_frame(
+      "CONNECT",
+      {{"accept-version", "1.2"}, {"host", "/"}, {"login", "guest"}, {"passcode", "secret"}});
+  const Sent s = only(b().deliver(c.data(connect), 0));
+  EXPECT_EQ(s.payload().rfind("CONNECTED\n", 0), 0u);
+  EXPECT_NE(s.payload().find("server:RabbitMQ/3.10.8"), std::string::npos) << s.payload();
+  EXPECT_EQ(b().lcore->counters().login_cached, 1u);
+  EXPECT_EQ(b().router.login_asks, 0u);
+}
+
+TEST_F(EagerLogin, AnotherOwnerGetsAFreshConnectionAndTheHeldOneIsReset) {
+  Endpoint c = make_client();
+  Endpoint o = accepted(c);
+  b().router.target.node = 8;
+  b().router.target.ip = kOtherOwnerIp;
+  const auto out = b().deliver(c.data(kSendQ1), 0);
+  const auto to_owners = on_port(out, 1);
+  ASSERT_EQ(to_owners.size(), 2u);
+  EXPECT_TRUE(to_owners[0].has(net::kRst));
+  EXPECT_EQ(to_owners[0].p.dst_ip, kOwnerIp);
+  EXPECT_EQ(to_owners[0].p.seq, o.rcv_nxt);
+  EXPECT_TRUE(to_owners[1].has(net::kSyn));
+  EXPECT_EQ(to_owners[1].p.dst_ip, kOtherOwnerIp);
+  EXPECT_NE(to_owners[1].p.src_port, to_owners[0].p.src_port);
+  // The new owner gets the whole replay and its CONNECTED is stripped, as without the check.
+  Endpoint o2 = make_owner(to_owners[1], 0x72000000, kOtherOwnerIp, kOtherOwnerMac);
+  std::string replay;
+  for (const Sent& s : accept(o2)) {
+    replay += s.payload();
+    o2.receive(s);
+  }
+  EXPECT_EQ(replay, kConnectOut + kSendQ1);
+  EXPECT_TRUE(answer(o2, kOwnerConnected).empty());  // stripped: the client has its CONNECTED
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+  const std::string receipt = stomp_frame("RECEIPT", {{"receipt-id", "r1"}});
+  const Sent r = only(b().deliver(o2.data(receipt), 1));
+  EXPECT_EQ(r.p.seq, c.rcv_nxt);  // right after the first node's CONNECTED
+  EXPECT_EQ(r.payload(), receipt);
+  EXPECT_EQ(b().lcore->counters().login_conn_closed, 1u);
+}
+
+// The client beats every 300 ms (and wants none): the node, which expects them, gets them on
+// the held connection, and its own EOLs are absorbed; when the connection is kept, both
+// directions' sequence numbers account for them.
+TEST_F(EagerLogin, TheHeldConnectionCarriesTheClientsBeatsAndAbsorbsTheNodes) {
+  auto cfg = eager_config();
+  cfg.session.heartbeat_min_ms = 100;
+  cfg.session.heartbeat_max_ms = sluice::session::SessionConfig::kHeartBeatMaxMs;
+  rebuild(cfg);
+  b().router.login_nodes = {b().router.target};
+  Endpoint c = make_client();
+  const std::string connect =
+      stomp_frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "300,0"}});
+  const std::string connected =
+      stomp_frame("CONNECTED", {{"version", "1.2"}, {"heart-beat", "0,300"}});
+  Endpoint o = accepted(c, connected, connect);
+  // At 300 ms the node gets an EOL; it acknowledges it and sends two of its own.
+  std::string to_owner;
+  for (const Sent& s : b().advance_ms(301)) {
+    EXPECT_EQ(s.port, 1);
+    to_owner += s.payload();
+    o.receive(s);
+  }
+  EXPECT_EQ(to_owner, "\n");
+  const Sent ack = only(b().deliver(o.data("\n\n"), 1));
+  EXPECT_EQ(ack.port, 1);
+  EXPECT_EQ(ack.p.ack, o.snd_nxt);
+  EXPECT_EQ(ack.p.payload_bytes, 0u);
+  // The client's own EOL in the prelude, then its SEND: the node gets those only.
+  b().deliver(c.data("\n"), 0);
+  const auto out = b().deliver(c.data(kSendQ1), 0);
+  const Sent replay = only(on_port(out, 1));
+  EXPECT_EQ(replay.p.seq, o.rcv_nxt);
+  EXPECT_EQ(replay.payload(), "\n" + kSendQ1);
+  o.receive(replay);
+  b().deliver(o.segment(net::kAck), 1);
+  ASSERT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kSpliced);
+  const std::string receipt = stomp_frame("RECEIPT", {{"receipt-id", "r1"}});
+  const Sent r = only(b().deliver(o.data(receipt), 1));
+  EXPECT_EQ(r.p.seq, c.rcv_nxt);
+  EXPECT_EQ(r.p.ack, c.snd_nxt);
+  c.receive(r);
+  const Sent fwd = only(b().deliver(c.data("\n"), 0));
+  EXPECT_EQ(fwd.p.seq, o.rcv_nxt);
+  EXPECT_EQ(fwd.p.ack, o.snd_nxt);
+  EXPECT_EQ(b().lcore->counters().heartbeats_sent, 1u);
+}
+
+TEST_F(EagerLogin, ANodeThatSpeaksWhileHeldLosesTheConnection) {
+  Endpoint c = make_client();
+  Endpoint o = accepted(c);
+  const std::string error = stomp_frame("ERROR", {{"message", "connection_forced"}});
+  const auto out = b().deliver(o.data(error), 1);
+  EXPECT_TRUE(only(out).has(net::kRst));
+  EXPECT_EQ(b().lcore->counters().login_conn_closed, 1u);
+  // The session binds afresh, to the same node, with the whole replay.
+  const auto bound = b().deliver(c.data(kSendQ1), 0);
+  const Sent syn = only(on_port(bound, 1));
+  EXPECT_TRUE(syn.has(net::kSyn));
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
+}
+
+TEST_F(EagerLogin, ClientResetWhileTheNodeChecksResetsTheNodesConnection) {
+  Endpoint c = make_client();
+  handshake(c);
+  Endpoint o = make_owner(connect_eager(c));
+  accept_login(o);
+  const auto out = b().deliver(c.segment(net::kRst), 0);
+  EXPECT_TRUE(only(out).has(net::kRst));
+  EXPECT_EQ(only(out).p.dst_ip, kOwnerIp);
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kFree);
+}
+
+TEST_F(Splicer, TheGatewayBeatsWhileTheOwnerConnects) {
+  auto cfg = default_config();
+  cfg.session.heartbeat_min_ms = 100;
+  cfg.session.heartbeat_max_ms = sluice::session::SessionConfig::kHeartBeatMaxMs;
+  cfg.connect_timeout_ms = 1000;
+  rebuild(cfg);
+  Endpoint c = make_client();
+  handshake(c);
+  const std::string beating =
+      stomp_frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "0,200"}});
+  c.receive(only(b().deliver(c.data(beating), 0)));
+  bind(c);
+  // The owner is silent: beats at 200, 400, 600 and 800 ms, then the spill listener's SYN.
+  std::string got;
+  for (int ms = 0; ms < 900; ++ms) {
+    for (const Sent& s : b().advance_ms(1)) {
+      if (s.port != 0 || s.p.payload_bytes == 0) continue;
+      got += s.payload();
+      c.receive(s);
+      b().deliver(c.segment(net::kAck), 0);
+    }
+  }
+  EXPECT_EQ(got, "\n\n\n\n");
+  EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kConnecting);
+  EXPECT_EQ(b().lcore->counters().owner_timeouts, 0u);
+  // The owner's timeout is still the connect's own.
+  b().advance_ms(101);
+  EXPECT_EQ(b().lcore->counters().owner_timeouts, 1u);
+}
+
 class SplicerWithKernel : public Splicer {
  protected:
   static engine::LcoreConfig with_tap() {

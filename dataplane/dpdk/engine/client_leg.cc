@@ -239,20 +239,18 @@ void Lcore::prelude_events(Flow& fl) {
         send_injected(fl, false);
         arm_beats(s);
         continue;
-      case session::PreludeEvent::Kind::kLogin: {
-        // The lcore runs with login_check deferred (its config), so this is not reached; were
-        // it, the gateway answers as deferred does.
-        const session::PreludeEvent r = s.prelude->answer_connect(config_.session.server, {});
-        if (!inject(fl, r.to_client)) return;
-        send_injected(fl, false);
-        arm_beats(s);
+      case session::PreludeEvent::Kind::kLogin:
+        // Answered at once (the login cache, or no node to ask), or later by the node.
+        check_login(fl);
+        if (fl.state != FlowState::kPrelude || fl.login != detail::LoginLeg::kNone) return;
         continue;
-      }
       case session::PreludeEvent::Kind::kBind:
         bind(fl);
         return;
       case session::PreludeEvent::Kind::kClose:
         ++counters_.prelude_ends[size_t(e.end)];
+        if (e.end != session::PreludeEnd::kNone)
+          end_session(fl, session::prelude_end_name(e.end), {});
         close_client(fl, e.to_client);
         return;
     }

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -108,6 +109,19 @@ struct Target {
   bool placement_pending = false;
 };
 
+// Why and where a session ended, for the Router's log line (DESIGN section 3, PRELUDE). The
+// views live only for the call.
+struct SessionEnd {
+  std::string_view reason;  // key=value-safe: prelude_end_name() or the lcore's own words
+  uint32_t client_ip = 0;
+  uint16_t client_port = 0;
+  std::string_view vhost;
+  std::string_view login;
+  std::string_view queue;
+  uint32_t node = UINT32_MAX;  // the owner or login node, UINT32_MAX: none
+  std::string_view message;    // the broker's ERROR message, or the gateway's
+};
+
 // The lcore's view of control's decisions. Called on the lcore only.
 class Router {
  public:
@@ -117,6 +131,22 @@ class Router {
   virtual void connect_failed(uint32_t node) = 0;
   // The owner of a kOwner target with placement_pending answered CONNECTED: record it.
   virtual void confirm_placement(const session::QueueKey& key, uint32_t node) = 0;
+  // login_check eager: the node to check a CONNECT's login on, its `attempt`-th choice for
+  // the session (kOwner), or none (kSpill: the gateway answers the CONNECT itself).
+  virtual Target login_node(std::string_view vhost, uint64_t session_hash, uint32_t attempt) = 0;
+  // The login cache (stomp.login_cache_ms): the `server` header of the node that accepted
+  // (vhost, login, passcode) within the cache's time, if one did; what nodes said of it.
+  virtual std::optional<std::string_view> login_cached(std::string_view vhost,
+                                                       std::optional<std::string_view> login,
+                                                       std::optional<std::string_view> passcode,
+                                                       uint64_t now_ns) = 0;
+  virtual void login_accepted(std::string_view vhost, std::optional<std::string_view> login,
+                              std::optional<std::string_view> passcode, std::string_view server,
+                              uint64_t now_ns) = 0;
+  virtual void login_refused(std::string_view vhost, std::optional<std::string_view> login,
+                             std::optional<std::string_view> passcode) = 0;
+  // A session ended (rate-limited into the log by the Router).
+  virtual void session_end(const SessionEnd& end) = 0;
 };
 
 }  // namespace sluice::dpdk::engine

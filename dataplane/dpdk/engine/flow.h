@@ -25,6 +25,12 @@ enum class FlowState : uint8_t {
 };
 const char* flow_state_name(FlowState s);
 
+// The login check's connection (login_check eager) while the flow is still kPrelude: the owner
+// leg's fields serve it. Its SYN is out; the CONNECT went and the node's answer is awaited;
+// the node accepted and its connection is held for the session, to be kept when that node
+// owns the destination (Lcore::bind).
+enum class LoginLeg : uint8_t { kNone, kConnecting, kGreeting, kHeld };
+
 constexpr uint32_t kNoSlot = UINT32_MAX;
 
 struct Leg {
@@ -107,6 +113,13 @@ struct Flow {
   uint32_t o_snd_una = 0;  // replay bytes acknowledged by the owner
   uint32_t o_snd_nxt = 0;
   uint32_t replay_bytes = 0;  // connect' + rest, contiguous at the start of the slot's buffer
+  uint32_t replay_seq = 0;    // the owner leg's sequence number of the buffer's first byte
+  // The login check: its state, the nodes asked so far, and the bytes the owner leg owes the
+  // node (the rewritten CONNECT, then one heart-beat EOL per beat sent while held).
+  LoginLeg login = LoginLeg::kNone;
+  uint8_t login_attempts = 0;
+  uint32_t login_bytes = 0;
+  uint32_t login_connect_bytes = 0;
   uint32_t greeting_fill = 0;
   bool greeting_done = false;
   uint32_t ts_offset = 0;  // owner TSval + ts_offset = what the client sees
@@ -152,6 +165,7 @@ struct FlowDestination {
   uint64_t flow_id = 0;
   std::string vhost;
   std::string queue;
+  std::string login;  // the CONNECT's, for the session-end log line
   bool default_route = false;
   bool placement_pending = false;  // recorded once the owner answers the replay with CONNECTED
 };

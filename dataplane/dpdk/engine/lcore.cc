@@ -504,6 +504,7 @@ void Lcore::on_timer(uint32_t id) {
     case FlowState::kFree:
       return;
     case FlowState::kPrelude: {
+      if (login_timer(fl)) return;
       Slot& s = *slots_[fl.slot];
       if (deadline_due) {
         prelude_beat(fl);
@@ -511,33 +512,43 @@ void Lcore::on_timer(uint32_t id) {
         if (e.kind == session::PreludeEvent::Kind::kClose) {
           ++counters_.prelude_ends[size_t(e.end)];
           ++counters_.flows_expired;
+          end_session(fl, session::prelude_end_name(e.end), {});
           close_client(fl, e.to_client);
           return;
         }
         fl.deadline_ms = s.prelude_timer_ms();
       }
+      if (fl.login == detail::LoginLeg::kConnecting) {
+        arm(fl);  // the SYN's retransmission is login_timer's
+        return;
+      }
       break;
     }
     case FlowState::kConnecting:
-      if (deadline_due) {
+      if (deadline_due && now_ms_ >= slots_[fl.slot]->bind_deadline_ms) {
         ++counters_.owner_timeouts;
         owner_failed(fl, false);
         return;
       }
+      if (deadline_due) binding_beat(fl);
       if (rtx_due) {
         ++counters_.retransmits;
         send_owner_syn(fl);
+        return;
       }
+      arm(fl);
       return;
     case FlowState::kReplay:
-      if (deadline_due) {
+      if (deadline_due && now_ms_ >= slots_[fl.slot]->bind_deadline_ms) {
         ++counters_.owner_timeouts;
         ++counters_.flows_expired;
         if (!fl.to_spill) router_.connect_failed(fl.node);
+        end_session(fl, "owner_timeout", {});
         refuse(fl, "owner did not answer",
                "the owner accepted the connection but sent no CONNECTED in time");
         return;
       }
+      if (deadline_due) binding_beat(fl);
       break;
     case FlowState::kSpliced:
       if (now_ms_ >= fl.last_seen_ms + config_.established_idle_ms) {
@@ -568,6 +579,10 @@ void Lcore::on_timer(uint32_t id) {
     fl.rtx_at_ms = 0;
     if (fl.snd_una != fl.snd_nxt) send_injected(fl, true);
     if (fl.state == FlowState::kReplay && fl.o_snd_una != fl.o_snd_nxt) send_replay(fl, true);
+    if (fl.state == FlowState::kPrelude && fl.o_snd_una != fl.o_snd_nxt &&
+        (fl.login == detail::LoginLeg::kGreeting || fl.login == detail::LoginLeg::kHeld)) {
+      send_login(fl, true);
+    }
     update_rtx(fl);
     return;
   }

@@ -57,6 +57,18 @@ struct LcoreCounters {
   uint64_t retransmit_giveups = 0;
   uint64_t heartbeats_sent = 0;  // EOLs the prelude sent a client that negotiated heart-beats
   uint64_t placements_rate_limited = 0;  // not recorded: over the client address's budget
+  // Login checks (login_check eager): CONNECTs a node answered, by outcome; not answered (the
+  // node refused the connection, closed it or stayed silent: the next node is asked);
+  // answered from the login cache; answered by the gateway because no node could check them.
+  uint64_t login_accepted = 0;
+  uint64_t login_refused = 0;
+  uint64_t login_failed = 0;
+  uint64_t login_cached = 0;
+  uint64_t login_unchecked = 0;
+  // The login check's connection: kept as the owner's (its node owned the first destination),
+  // or closed (another owner, a spill, or the node said something while it was held).
+  uint64_t login_conn_kept = 0;
+  uint64_t login_conn_closed = 0;
   std::array<uint64_t, session::kPreludeEndCount> prelude_ends{};  // by session::PreludeEnd
   uint64_t binds_owner = 0;
   uint64_t binds_spill = 0;
@@ -229,10 +241,44 @@ class Lcore final : public BurstHandler {
   void client_closing(Flow& fl, Frame* f, net::Packet& p);
   void refuse(Flow& fl, std::string_view message, std::string_view detail);
 
+  // login_leg.cc: the login check at CONNECT (login_check eager) and its held connection
+  void check_login(Flow& fl);
+  // The gateway's own CONNECTED (verified: from the login cache); false if the flow is gone.
+  bool answer_login(Flow& fl, std::string_view server, bool verified);
+  void login_binding(Flow& fl, Frame* f, net::Packet& p);
+  void login_answer(Flow& fl, const session::GreetingResult& r);
+  // The node could not check the login (refused, silent, closed): the next one is asked.
+  void login_failed(Flow& fl, bool reset);
+  void send_login(Flow& fl, bool retransmit);
+  void held_bytes(Flow& fl, Frame* f, net::Packet& p);
+  // The login check's timers (its deadline, the SYN's retransmission, the held connection's
+  // heart-beats); true when the flow left kPrelude or is gone.
+  bool login_timer(Flow& fl);
+  void drop_held(Flow& fl);
+  // The held connection becomes the owner's: only what came after the CONNECT is replayed.
+  void keep_held(Flow& fl, bool placement_pending);
+  void end_session(const Flow& fl, std::string_view reason, std::string_view message);
+
   // owner_leg.cc: bind, connect, replay, greeting
   void bind(Flow& fl);
   void connect_to(Flow& fl, const Target& t);
+  // The owner leg towards `t` from a free local port, ready for its SYN (nothing is counted
+  // or sent).
+  enum class LegOpen : uint8_t { kOpen, kNoRoute, kNoPort };
+  LegOpen open_owner_leg(Flow& fl, const Target& t);
   void send_owner_syn(Flow& fl);
+  // The owner's answer to the SYN: its SYN-ACK taken (the leg's options and sequence spaces
+  // set), a RST refusing it, or anything else (dropped or answered). `f` is dropped.
+  enum class SynAnswer : uint8_t { kOther, kRefused, kAccepted };
+  SynAnswer owner_syn_answer(Flow& fl, Frame* f, net::Packet& p);
+  // An owner segment's ACK, window and timestamp.
+  void owner_ack(Flow& fl, const net::Packet& p);
+  // The owner's first frame, read in order into the slot's greeting buffer. `f` is dropped.
+  enum class GreetingStep : uint8_t { kWait, kClosed, kTooLarge, kDone };
+  GreetingStep read_greeting(Flow& fl, Frame* f, net::Packet& p, session::GreetingResult* r);
+  // Heart-beats the gateway owes the client while binding, until the owner's CONNECTED fixes
+  // what the client has been sent.
+  void binding_beat(Flow& fl);
   void owner_failed(Flow& fl, bool refused);
   void owner_binding(Flow& fl, Frame* f, net::Packet& p);
   void send_replay(Flow& fl, bool retransmit);

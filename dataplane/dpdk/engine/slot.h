@@ -35,6 +35,9 @@ struct Lcore::Slot {
     owner_greeting.reset();
     injected_bytes = 0;
     beat_at_ms = 0;
+    login_deadline_ms = 0;
+    owner_beat_at_ms = 0;
+    bind_deadline_ms = 0;
   }
 
   const uint32_t prelude_bytes;
@@ -51,6 +54,13 @@ struct Lcore::Slot {
   uint32_t injected_bytes = 0;
   // When the prelude owes the client its next heart-beat (0: none negotiated).
   uint64_t beat_at_ms = 0;
+  // The login check: when its node must have answered (connected, then CONNECTED), and when
+  // the held connection owes the node the client's next heart-beat (0: none).
+  uint64_t login_deadline_ms = 0;
+  uint64_t owner_beat_at_ms = 0;
+  // Binding (kConnecting, kReplay): when the owner must have answered; the flow's deadline may
+  // come earlier, for the client's heart-beats.
+  uint64_t bind_deadline_ms = 0;
   // When the prelude's timer must fire: its deadline, or the next heart-beat before it.
   uint64_t prelude_timer_ms() const;
   // Client segments that arrived while the flow was binding, in arrival order: they go to the
@@ -83,8 +93,11 @@ inline uint64_t prelude_deadline_ms(const session::Prelude& p) {
 }
 
 inline uint64_t Lcore::Slot::prelude_timer_ms() const {
-  const uint64_t deadline = prelude_deadline_ms(*prelude);
-  return beat_at_ms != 0 && beat_at_ms < deadline ? beat_at_ms : deadline;
+  uint64_t at = prelude_deadline_ms(*prelude);
+  for (const uint64_t t : {beat_at_ms, login_deadline_ms, owner_beat_at_ms}) {
+    if (t != 0 && t < at) at = t;
+  }
+  return at;
 }
 
 inline std::string_view payload_of(const Frame* f, const net::Packet& p) {

@@ -16,6 +16,10 @@ uint16_t Lcore::client_window(const Flow& fl) const {
   uint32_t free_bytes = 0;
   if (fl.slot != detail::kNoSlot && fl.state == detail::FlowState::kPrelude) {
     free_bytes = config_.session.prelude_bytes_max - uint32_t(fl.rcv_nxt - fl.client_isn - 1);
+  } else if (fl.state == detail::FlowState::kClosing) {
+    // Closed as a socket is after close(): its window stays open (bytes get a RST), so that
+    // the client's FIN, which a zero window would hold back, ends the flow.
+    free_bytes = config_.mss;
   }
   const uint8_t shift = fl.client.wscale_ok ? fl.client.our_wscale : 0;
   return uint16_t(std::min<uint32_t>(free_bytes >> shift, 0xffff));
