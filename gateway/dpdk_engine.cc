@@ -72,6 +72,16 @@ class DpdkRouter final : public engine::Router {
     logins_.forget(vhost, login, passcode);
   }
   void session_end(const engine::SessionEnd& e) override;
+  void heart_beat_mismatch(uint32_t node, session::HeartBeat client, session::HeartBeat told,
+                           session::HeartBeat owner, session::HeartBeatCheck check) override {
+    char client_text[24], told_text[24], owner_text[24];
+    control::log_event(control::LogLevel::kWarn, "heartbeat_mismatch",
+                       {{"owner", replica_.node_name(node)},
+                        {"client_heart_beat", session::format_heart_beat(client_text, client)},
+                        {"told", session::format_heart_beat(told_text, told)},
+                        {"owner_heart_beat", session::format_heart_beat(owner_text, owner)},
+                        {"check", session::heart_beat_check_name(check)}});
+  }
   void poll() { replica_.poll(); }
   std::string_view node_name(uint32_t node) const { return replica_.node_name(node); }
   uint64_t login_cache_hits() const { return logins_.hits(); }
@@ -448,6 +458,12 @@ std::string DpdkEngine::metrics_text() const {
        "Heart-beat EOLs the gateway sent for sessions it speaks for (to clients, and to the "
        "login check's held connections).",
        k.heartbeats_sent},
+      {"sluice_dpdk_heartbeat_mismatch_allowed_total",
+       "Owner CONNECTEDs with other heart-beats than the client was told, the session kept.",
+       k.heartbeat_mismatch_allowed},
+      {"sluice_dpdk_heartbeat_mismatch_refused_total",
+       "Owner CONNECTEDs with stricter heart-beats than the client was told: refused.",
+       k.heartbeat_mismatch_refused},
       {"sluice_dpdk_login_accepted_total", "CONNECTs a node accepted at the login check.",
        k.login_accepted},
       {"sluice_dpdk_login_refused_total", "CONNECTs a node refused (its ERROR sent on).",

@@ -136,7 +136,13 @@ class ScriptedRouter final : public engine::Router {
                    " message=" + std::string(e.message));
   }
 
+  void heart_beat_mismatch(uint32_t, session::HeartBeat, session::HeartBeat, session::HeartBeat,
+                           session::HeartBeatCheck check) override {
+    mismatches.push_back(check);
+  }
+
   engine::Target target{engine::Target::Kind::kOwner, 7, kOwnerIp, kOwnerPort, {}};
+  std::vector<session::HeartBeatCheck> mismatches;
   std::vector<engine::Target> login_nodes;
   uint32_t login_asks = 0;
   std::string cached_passcode;

@@ -30,7 +30,8 @@ STOMP sink (stomp_sink.py) on 10.77.2.12:61613 in N. Clients are real Linux TCP 
 (c) the owner stopped: the session spills (RECEIPT only once durable), a consumer is told
     "owner unavailable, retry later"; the owner back: the drainer delivers every receipted
     message once, in order (gateway_test.py's case (c));
-(r) a first SEND of 8 KiB to the sink: the replay to the owner spans several segments;
+(r) a first SEND of 8 KiB to the sink: the replay to the owner spans several segments, on the
+    login check's connection, kept as the owner leg;
 (t) 1 GiB in the body of one SEND through one spliced session to the sink: SHA-256 at the sink
     equals SHA-256 of what the client sent (a seeded pseudo-random stream made in chunks). A
     small SEND binds the session first: until it is bound the gateway reads the frames as
@@ -553,9 +554,12 @@ class Run(gateway_test.Run):
         return took, send_s, established_delta, fast_delta
 
     def case_replay(self):
-        """The first SEND carries an 8 KiB body: the replay to the owner (CONNECT and that SEND)
-        spans several segments of the owner leg."""
+        """The first SEND carries an 8 KiB body: the replay to the owner spans several segments
+        of the owner leg. The gateway's first session: the sink checks its login, and that
+        connection is kept as the owner leg (the sink owns the queue), so the replay is the SEND
+        alone, after the CONNECT the sink has answered."""
         gw = self.gw
+        kept = gw.metric("sluice_dpdk_login_conn_kept_total")
         q = self.queue_name("replay")
         body = random.Random(3).randbytes(REPLAY_BODY_BYTES)
         before = len(self.sink.reports())
@@ -579,8 +583,10 @@ class Run(gateway_test.Run):
               f"(r) the sink got {got}, expected one SEND of {len(body)} bytes with SHA-256 "
               f"{hashlib.sha256(body).hexdigest()}")
         gw.wait_idle()
-        say(f"ok (r): a first SEND of {len(body)} bytes (a replay of several segments) reached "
-            f"the owner byte for byte")
+        wait_until("the login check's connection kept", 5,
+                   lambda: gw.metric("sluice_dpdk_login_conn_kept_total") == kept + 1)
+        say(f"ok (r): a first SEND of {len(body)} bytes (a replay of several segments, on the "
+            f"login check's connection) reached the owner byte for byte")
 
     def case_bulk(self):
         q = self.queue_name("bulk")

@@ -1645,6 +1645,46 @@ TEST_F(EagerLogin, ClientResetWhileTheNodeChecksResetsTheNodesConnection) {
   EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kFree);
 }
 
+// The owner's CONNECTED is checked against the heart-beats the client was told: an owner that
+// sends less often is counted and the session goes on; one that wants the client's beats more
+// often than the client was told would drop it, so the client gets an ERROR now.
+TEST_F(Splicer, OwnerHeartBeatsOtherThanTheClientWasToldAreCountedOrRefused) {
+  // The client offers 400,400 and is told 500,500 (the least the gateway takes): it beats every
+  // 500 ms. An owner answering 100,100 expects it every 400.
+  auto cfg = default_config();
+  cfg.session.heartbeat_min_ms = 500;
+  cfg.session.heartbeat_max_ms = sluice::session::SessionConfig::kHeartBeatMaxMs;
+  rebuild(cfg);
+  const std::string beating =
+      stomp_frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "400,400"}});
+  for (const auto& [owner_hb, refused] : {std::pair<std::string, bool>{"0,0", false},
+                                          std::pair<std::string, bool>{"100,100", true}}) {
+    Endpoint c = make_client(refused ? 40001 : 40000);
+    handshake(c);
+    c.receive(only(b().deliver(c.data(beating), 0)));
+    Endpoint o = make_owner(bind(c));
+    for (const Sent& s : accept(o))
+      o.receive(s);
+    const std::string connected =
+        stomp_frame("CONNECTED", {{"version", "1.2"}, {"heart-beat", owner_hb}});
+    const auto out = b().deliver(o.data(connected), 1);
+    const auto to_client = on_port(out, 0);
+    if (refused) {
+      ASSERT_EQ(to_client.size(), 1u);
+      EXPECT_NE(to_client[0].payload().find("ERROR"), std::string::npos);
+      EXPECT_TRUE(to_client[0].has(net::kFin));
+    } else {
+      EXPECT_TRUE(to_client.empty());
+    }
+  }
+  const auto& k = b().lcore->counters();
+  EXPECT_EQ(k.heartbeat_mismatch_allowed, 1u);
+  EXPECT_EQ(k.heartbeat_mismatch_refused, 1u);
+  EXPECT_EQ(b().router.mismatches, (std::vector<sluice::session::HeartBeatCheck>{
+                                       sluice::session::HeartBeatCheck::kOwnerSlower,
+                                       sluice::session::HeartBeatCheck::kOwnerStricter}));
+}
+
 TEST_F(Splicer, TheGatewayBeatsWhileTheOwnerConnects) {
   auto cfg = default_config();
   cfg.session.heartbeat_min_ms = 100;

@@ -13,6 +13,7 @@
 
 #include "dataplane/dpdk/net/packet.h"
 #include "dataplane/session/config.h"
+#include "dataplane/session/heart_beat.h"
 #include "dataplane/session/queue_key.h"
 
 namespace sluice::dpdk::engine {
@@ -147,6 +148,11 @@ class Router {
                              std::optional<std::string_view> passcode) = 0;
   // A session ended (rate-limited into the log by the Router).
   virtual void session_end(const SessionEnd& end) = 0;
+  // The owner's CONNECTED answered heart-beats other than the client was told (`check`:
+  // allowed, or refused for kOwnerStricter). Logged by the Router.
+  virtual void heart_beat_mismatch(uint32_t node, session::HeartBeat client,
+                                   session::HeartBeat told, session::HeartBeat owner,
+                                   session::HeartBeatCheck check) = 0;
 };
 
 }  // namespace sluice::dpdk::engine

@@ -56,6 +56,10 @@ struct LcoreCounters {
   uint64_t retransmits = 0;   // segments the gateway sent again
   uint64_t retransmit_giveups = 0;
   uint64_t heartbeats_sent = 0;  // EOLs the prelude sent a client that negotiated heart-beats
+  // Owner CONNECTEDs whose heart-beats differ from what the client was told: the session goes
+  // on, or is refused (the owner would drop the client).
+  uint64_t heartbeat_mismatch_allowed = 0;
+  uint64_t heartbeat_mismatch_refused = 0;
   uint64_t placements_rate_limited = 0;  // not recorded: over the client address's budget
   // Login checks (login_check eager): CONNECTs a node answered, by outcome; not answered (the
   // node refused the connection, closed it or stayed silent: the next node is asked);

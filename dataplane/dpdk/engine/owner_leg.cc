@@ -364,6 +364,12 @@ void Lcore::greeting_bytes(Flow& fl, Frame* f, net::Packet& p) {
       break;
   }
   Slot& s = *slots_[fl.slot];
+  if (r.heart_beat_check != session::HeartBeatCheck::kSame) {
+    const bool refused = r.heart_beat_check == session::HeartBeatCheck::kOwnerStricter;
+    ++(refused ? counters_.heartbeat_mismatch_refused : counters_.heartbeat_mismatch_allowed);
+    router_.heart_beat_mismatch(fl.node, s.prelude->client_heart_beat(),
+                                s.prelude->told_heart_beat(), r.heart_beat, r.heart_beat_check);
+  }
   switch (r.kind) {
     case session::GreetingResult::Kind::kNeedMore:
       SLUICE_ASSERT(false);
