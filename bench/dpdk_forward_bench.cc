@@ -21,7 +21,7 @@
 // Usage: dpdk_forward_bench [--packets=N] [--rounds=R] [--seconds=S] [--pages=auto|2m|4k]
 // (packets per run, 20 million; rounds, 5; --benchmark_* flags are accepted and ignored but for
 // a short smoke run: CI passes --benchmark_min_time). Needs no NIC. Memory: 2 MB hugepages, as
-// the engine runs on a real NIC (README), when 256 of them are free (`auto`, the default;
+// the engine runs on a real NIC (doc/dpdk.md), when 256 of them are free (`auto`, the default;
 // reserve them with `echo 512 > /proc/sys/vm/nr_hugepages`), else 4 KB pages (--no-huge), on
 // which stores to packet data cost more (bench/RESULTS.md); `2m` fails without them.
 #include <rte_cycles.h>

@@ -216,7 +216,7 @@ AdminResponse AdminApi::handle(const AdminRequest& r) {
   if (p == "/v1/reload") return reload(r);
   if (p == "/v1/spill" || p.starts_with("/v1/spill/")) return spill(r);
   if (p == "/v1/sessions") return sessions(r);
-  return error(404, "no endpoint " + p + "; see the Admin API section of the README");
+  return error(404, "no endpoint " + p + "; see the Admin API section of doc/operations.md");
 }
 
 AdminResponse AdminApi::status(const AdminRequest& r) {

@@ -1,5 +1,5 @@
 // The admin API's routes: what each endpoint of sluiced's HTTP/JSON API does to Control. The
-// endpoints are listed in README ("Admin API"); sluicectl is a thin client of them.
+// endpoints are listed in doc/operations.md ("Admin API"); sluicectl is a thin client of them.
 #pragma once
 
 #include <functional>

@@ -24,8 +24,8 @@ constexpr size_t kZeroBlockBytes = 4096;
 
 // The file's bytes for the scan: a window of kWindowBytes filled with pread, small enough to
 // stay in cache for the CRC pass. pread rather than a mapping of the file: the copy out of the
-// page cache costs less than reading the file's pages through a mapping (measured: README
-// "Spill log", recovery).
+// page cache costs less than reading the file's pages through a mapping (the recovery figures
+// are in bench/RESULTS.md, "Spill log").
 class Reader {
  public:
   Reader(int fd, uint64_t size, ByteWindow& buf) : fd_(fd), size_(size), buf_(buf) {}

@@ -77,7 +77,7 @@ struct EngineOptions {
   // How spliced bytes move once io_uring's poll says a socket is ready:
   // kInline: splice(2) socket -> pipe -> socket, non-blocking, on the worker's thread;
   // kRing: IORING_OP_SPLICE, which the kernel always runs on an io-wq thread (a thread switch
-  // per splice). Both are zero copy; README "Splice modes" has the measured difference.
+  // per splice). Both are zero copy; bench/RESULTS.md has the measured difference.
   enum class SpliceMode : uint8_t { kInline, kRing };
   SpliceMode splice = SpliceMode::kInline;
   // Parking (kInline only): above this many sessions in the engine, a spliced session whose

@@ -91,7 +91,7 @@ log_level = "info"
 address = "127.0.0.1:{self.listen_port}"
 [stomp]
 # The spill users here are the gateway's own, unknown to RabbitMQ: with login_check eager the
-# up node would refuse them at CONNECT, before any spill session (README "What happens to a
+# up node would refuse them at CONNECT, before any spill session (doc/architecture.md "What happens to a
 # session", the spill session).
 login_check = "deferred"
 [health]
