@@ -66,7 +66,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gateway_test  # noqa: E402
 from gateway_util import (Failure, RawStomp, Sluiced, add_spill_user, base_config,  # noqa: E402
-                          check, close_quietly, connect_frame, disconnect_with_receipt, frame,
+                          check, check_metrics_documented, close_quietly, connect_frame,
+                          disconnect_with_receipt, frame,
                           node_section, pin_section,
                           say, send_receipted, stomp_client, wait_until)
 from netns_util import IP, NetnsError, Topology, netns, run  # noqa: E402
@@ -145,7 +146,7 @@ class DpdkSluiced(Sluiced):
         wait_until(f"sluiced to create {TAP} in {g}", TAP_TIMEOUT_S, tap_exists)
         # A restarted sluiced makes a new TAP: set it up every time. The kernel answers the
         # engine's local address (spill sessions' owner leg) and reaches the nodes (health
-        # probes, drainer) and clients through the engine (README "The DPDK engine").
+        # probes, drainer) and clients through the engine (doc/dpdk.md).
         run(IP, "addr", "replace", f"{SPILL_IP}/24", "dev", TAP, ns=g)
         run(IP, "link", "set", TAP, "up", ns=g)
         for prefix in (f"{LOCAL_IP}/32", "10.77.2.0/24", "10.77.1.0/24"):
@@ -657,6 +658,12 @@ class Run(gateway_test.Run):
                 timed("o", self.case_reopen, reopen_pins)
                 timed("g", self.case_load)
                 timed("c", self.case_owner_down)
+            try:
+                # The DPDK engine's families, with the others, are all in doc/metrics.md.
+                families = check_metrics_documented(self.gw.ctl("metrics").stdout)
+                say(f"ok: the {families} metric families served are all in doc/metrics.md")
+            except Failure as e:
+                failed["metrics"] = str(e)
             if all(x in selected for x in "fabogc") and not failed:
                 # The narrow local port range did what it is there for (see LOCAL_PORT_MIN).
                 evicted = self.gw.metric("sluice_dpdk_lingering_evicted_total")

@@ -7,6 +7,7 @@ Every wait is bounded in time; every process started here is ended here, by PID.
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,6 +22,19 @@ import stomp
 START_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 30
 LOG_TAIL_LINES = 40
+DOC_METRICS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "doc",
+                           "metrics.md")
+
+
+def check_metrics_documented(text):
+    """Every family `sluicectl metrics` printed (its # TYPE lines) is in doc/metrics.md."""
+    families = re.findall(r"^# TYPE (\S+) ", text, re.M)
+    check(families, "no # TYPE line in the metrics")
+    with open(DOC_METRICS, encoding="utf-8") as f:
+        doc = f.read()
+    missing = [name for name in families if f"`{name}`" not in doc]
+    check(not missing, f"doc/metrics.md does not list {missing}")
+    return len(families)
 
 
 class Failure(Exception):

@@ -30,6 +30,10 @@ STOP_TIMEOUT_S = 10  # SIGTERM to exit
 NODE_COLUMNS = ["NAME", "ADDRESS", "WEIGHT", "ADMIN", "HEALTH", "QUEUES", "PROBE_MS", "LAST_ERROR"]
 
 
+DOC_METRICS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "doc",
+                           "metrics.md")
+
+
 class Failure(Exception):
     pass
 
@@ -471,6 +475,13 @@ node = "rabbit1"
         check(not any(k.startswith("#") for k in j), "metrics --json kept comment lines")
         check(isinstance(j.get("sluice_start_time_seconds"), (int, float)),
               "sluice_start_time_seconds is not a number")
+        # Every family served is documented.
+        families = re.findall(r"^# TYPE (\S+) ", text, re.M)
+        with open(DOC_METRICS, encoding="utf-8") as f:
+            doc = f.read()
+        missing = [name for name in families if f"`{name}`" not in doc]
+        check(len(families) > 40 and not missing,
+              f"doc/metrics.md does not list {missing} (of {len(families)} families served)")
 
     def reload(self):
         self.extra_pins.append(("/", "reloaded", "rabbit2"))
