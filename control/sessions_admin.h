@@ -1,4 +1,4 @@
-// What the admin API shows about the dataplane's sessions (issue 6, DESIGN section 9:
+// What the admin API shows about the dataplane's sessions (DESIGN section 9:
 // `sluicectl sessions`): the gateway implements it over its engine's workers, since control
 // does not include an engine. Every call comes on the control thread.
 #pragma once

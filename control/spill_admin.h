@@ -1,4 +1,4 @@
-// What the admin API shows and does about the spill log (issue 4, DESIGN section 6): the gateway
+// What the admin API shows and does about the spill log (DESIGN section 6): the gateway
 // implements it over queue/'s SpillLog and Drainer, since control does not include queue/. Every
 // call comes on the control thread.
 #pragma once

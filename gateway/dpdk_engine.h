@@ -1,4 +1,4 @@
-// The DPDK engine in sluiced (gateway.engine = "dpdk", issue 7): the EAL, the ports, one lcore
+// The DPDK engine in sluiced (gateway.engine = "dpdk"): the EAL, the ports, one lcore
 // running the splicer over a replica of control's decisions, and what the admin API shows of
 // it. DPDK's headers stay in the .cc.
 #pragma once

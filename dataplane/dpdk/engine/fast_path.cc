@@ -578,8 +578,8 @@ size_t Lcore::fast_baseline(uint16_t port, std::span<RxBuffer* const> rx, FastRu
 
 #if SLUICE_FAST_PATH_V3
 // The same loop with MOVBE (byte swaps folded into loads and stores), BMI2 and three-operand
-// vector instructions: 2-4% more frames per second on the development machine
-// (bench/RESULTS.md, 2026-12-05).
+// vector instructions: fewer instructions per frame where the CPU has them (the figures are in
+// bench/RESULTS.md).
 [[SLUICE_TARGET_X86_64_V3]] size_t Lcore::fast_x86_64_v3(uint16_t port,
                                                          std::span<RxBuffer* const> rx,
                                                          FastRun* runs, uint64_t now_ns) {

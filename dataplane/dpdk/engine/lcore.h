@@ -1,4 +1,4 @@
-// One lcore of the DPDK engine: the delayed-binding TCP splicer (DESIGN section 7, issue 7).
+// One lcore of the DPDK engine: the delayed-binding TCP splicer (DESIGN section 7).
 // It answers ARP and ICMP echo, completes clients' handshakes with SYN cookies, speaks the STOMP
 // prelude at packet level through the session core, connects to the owner from a local address
 // with the client's ISN, replays the bind plan, strips the owner's CONNECTED and from then on

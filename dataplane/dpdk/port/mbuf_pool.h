@@ -27,8 +27,8 @@ class MbufPool final : public engine::FramePool {
   // into the buffer, which begins after the rte_mbuf and its private area. 8 bytes in, the 54
   // bytes of Ethernet, IPv4 and TCP headers without options lie in one line, and the 66 with
   // TCP timestamps in two with none of their written fields across the lines (at 0, the
-  // echoed timestamp would straddle them; at 32, where a private area of just a Frame left
-  // it, every frame's headers took two lines: bench/RESULTS.md, session 31).
+  // echoed timestamp would straddle them; at 32, where a private area of just a Frame leaves
+  // it, every frame's headers take two lines).
   static constexpr uint16_t kDataLineOffset = 8;
   // Bytes reserved after each rte_mbuf: its Frame, then padding up to kDataLineOffset.
   static constexpr uint16_t kPrivBytes = static_cast<uint16_t>(

@@ -1,5 +1,5 @@
 // SYN cookies for the client leg of the DPDK splicer: a stateless handshake that keeps the MSS
-// and the TCP options the owner SYN needs later (DESIGN section 7, issue 7).
+// and the TCP options the owner SYN needs later (DESIGN section 7).
 #pragma once
 
 #include <array>
