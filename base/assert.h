@@ -1,5 +1,6 @@
-// SLUICE_ASSERT: invariant checks that stay on in release builds (TIGER_STYLE: assertions are
-// for programmer errors; bad input is handled as an operating error, never asserted).
+// SLUICE_ASSERT, for every module: invariant checks that stay on in release builds
+// (TIGER_STYLE: assertions are for programmer errors; bad input is handled as an operating
+// error, never asserted).
 #pragma once
 
 #include <cstdio>

@@ -13,6 +13,7 @@
 #include <map>
 #include <utility>
 
+#include "base/names.h"
 #include "control/config_reader.h"
 
 static_assert(TOML_EXCEPTIONS, "the config loader reports TOML syntax errors through exceptions");
@@ -40,7 +41,6 @@ constexpr size_t kConfigBytesMax = 1u << 20;
 constexpr size_t kUnixSocketPathBytesMax = 107;
 // The CONNECTED reply is built in a 1 KiB buffer; 255 leaves room for the fixed headers.
 constexpr size_t kServerBytesMax = 255;
-constexpr size_t kVhostBytesMax = 255;
 constexpr int64_t kLoginCacheMsMax = 86'400'000;  // a day
 constexpr int64_t kHeartBeatMsMax = 86'400'000;
 constexpr int64_t kUnusedTtlMsMin = 600'000;

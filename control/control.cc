@@ -9,9 +9,9 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "base/assert.h"
 #include "control/control_internal.h"
 #include "control/log.h"
-#include "dataplane/session/assert.h"
 
 namespace sluice::control {
 namespace {

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "base/names.h"
 #include "control/node.h"
 #include "control/ownership_table.h"
 #include "control/placement.h"
@@ -18,7 +19,7 @@ namespace sluice::control {
 
 // RabbitMQ's limits (AMQP 0-9-1 short strings): a longer vhost or queue name is refused by the
 // broker anyway, so the gateway refuses it before it reaches a ring.
-inline constexpr size_t kVhostBytesMax = 255;
+using ::sluice::kVhostBytesMax;
 inline constexpr size_t kQueueBytesMax = 255;
 
 enum class KeyFit : uint8_t { kFits, kVhostTooLong, kQueueTooLong };

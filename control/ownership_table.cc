@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 
 namespace sluice::control {
 

@@ -8,7 +8,7 @@
 #include <new>
 #include <variant>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 
 namespace sluice::control {
 namespace {

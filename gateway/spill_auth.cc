@@ -12,7 +12,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 
 namespace sluice::gateway {
 namespace {

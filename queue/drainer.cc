@@ -13,7 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "queue/drainer_impl.h"
 #include "queue/spill_log.h"
 

@@ -11,7 +11,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "queue/format.h"
 #include "queue/log_state.h"
 #include "queue/recovery.h"

@@ -11,12 +11,13 @@
 #include <utility>
 #include <vector>
 
+#include "base/names.h"
+
 namespace sluice::queue {
 
-// Longest names a record can carry (the session core refuses longer ones first: RabbitMQ limits
-// vhost names to 255 bytes, the session destinations to 1024).
-inline constexpr size_t kVhostBytesMax = 255;
-inline constexpr size_t kQueueBytesMax = 1024;
+// Longest names a record can carry: the session core's (it refuses longer ones first).
+using ::sluice::kVhostBytesMax;
+inline constexpr size_t kQueueBytesMax = 1024;  // the session core's destinations
 
 enum class OnFull : uint8_t {
   kRefuse,      // refuse the append: STOMP ERROR "spill full" (default)

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 
 namespace sluice::session {
 namespace {

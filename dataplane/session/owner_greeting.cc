@@ -1,7 +1,7 @@
 // Classifies the owner's first frame after the replay.
 #include "dataplane/session/owner_greeting.h"
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "dataplane/session/builder.h"
 
 namespace sluice::session {

@@ -9,7 +9,7 @@
 #include <immintrin.h>
 #endif
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "dataplane/session/frame_head.h"
 
 namespace sluice::session {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "dataplane/session/builder.h"
 
 namespace sluice::session {

@@ -6,11 +6,13 @@
 #include <string>
 #include <string_view>
 
+#include "base/names.h"
+
 namespace sluice::session {
 
 // Longest names the session core keeps; longer ones are refused with a STOMP ERROR that names
 // the header. RabbitMQ limits queue and vhost names to 255 bytes.
-inline constexpr size_t kVhostBytesMax = 255;
+using ::sluice::kVhostBytesMax;
 inline constexpr size_t kDestinationBytesMax = 1024;
 inline constexpr size_t kLoginBytesMax = 255;
 inline constexpr size_t kReceiptIdBytesMax = 256;

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "dataplane/session/builder.h"
 
 namespace sluice::uring::detail {

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "dataplane/session/builder.h"
 #include "dataplane/uring/worker.h"
 

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "dataplane/session/builder.h"
 #include "dataplane/uring/worker.h"
 

@@ -3,7 +3,7 @@
 // once the log says the record is durable (DESIGN sections 3 and 6).
 #include <cstring>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "dataplane/session/builder.h"
 #include "dataplane/session/spill_record.h"
 #include "dataplane/uring/worker.h"

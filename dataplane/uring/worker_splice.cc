@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "dataplane/uring/worker.h"
 
 namespace sluice::uring::detail {

@@ -5,7 +5,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 #include "dataplane/session/builder.h"
 
 namespace sluice::load {

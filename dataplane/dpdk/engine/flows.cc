@@ -2,9 +2,9 @@
 // way, oldest first, when the table or the ports run out.
 #include <algorithm>
 
+#include "base/assert.h"
 #include "dataplane/dpdk/engine/lcore.h"
 #include "dataplane/dpdk/engine/slot.h"
-#include "dataplane/session/assert.h"
 
 namespace sluice::dpdk::engine {
 

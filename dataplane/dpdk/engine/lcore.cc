@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/assert.h"
 #include "dataplane/dpdk/engine/slot.h"
 #include "dataplane/dpdk/net/build.h"
-#include "dataplane/session/assert.h"
 
 namespace sluice::dpdk::engine {
 

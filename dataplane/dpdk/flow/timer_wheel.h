@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 
 namespace sluice::dpdk::flow {
 

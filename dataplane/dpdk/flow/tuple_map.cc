@@ -3,7 +3,7 @@
 
 #include <bit>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 
 namespace sluice::dpdk::flow {
 

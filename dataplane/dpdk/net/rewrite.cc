@@ -1,9 +1,9 @@
 // In-place field rewrites with incremental checksum updates (RFC 1624).
 #include "dataplane/dpdk/net/rewrite.h"
 
+#include "base/assert.h"
 #include "dataplane/dpdk/net/bytes.h"
 #include "dataplane/dpdk/net/checksum.h"
-#include "dataplane/session/assert.h"
 
 namespace sluice::dpdk::net {
 

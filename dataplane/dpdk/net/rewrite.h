@@ -8,10 +8,10 @@
 #include <optional>
 #include <span>
 
+#include "base/assert.h"
 #include "dataplane/dpdk/net/bytes.h"
 #include "dataplane/dpdk/net/checksum.h"
 #include "dataplane/dpdk/net/packet.h"
-#include "dataplane/session/assert.h"
 
 namespace sluice::dpdk::net {
 

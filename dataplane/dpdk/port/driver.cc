@@ -10,9 +10,9 @@
 #include <cstddef>
 #include <cstring>
 
+#include "base/assert.h"
 #include "dataplane/dpdk/port/mbuf_pool.h"
 #include "dataplane/dpdk/port/port.h"
-#include "dataplane/session/assert.h"
 
 namespace sluice::dpdk::port {
 

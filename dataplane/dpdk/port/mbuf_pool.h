@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "base/assert.h"
 #include "dataplane/dpdk/engine/frame.h"
-#include "dataplane/session/assert.h"
 
 namespace sluice::dpdk::port {
 

@@ -7,7 +7,7 @@
 #include <bit>
 #include <cstring>
 
-#include "dataplane/session/assert.h"
+#include "base/assert.h"
 
 namespace sluice::dpdk::splice {
 namespace {
