@@ -28,8 +28,8 @@
 #include "control/probe.h"
 #include "control/rabbit_feed.h"
 #include "control/replica.h"
-#include "control/ring.h"
 #include "control/state_writer.h"
+#include "queue/spsc_ring.h"
 
 namespace sluice::control {
 
@@ -39,8 +39,8 @@ inline constexpr size_t kWorkerReportsPerTick = 1024;
 
 // The two rings between control and one worker. About 4 MiB: allocate it (Control does).
 struct WorkerChannel {
-  Ring<ControlToWorker, kWorkerRingDepth> to_worker;
-  Ring<WorkerToControl, kWorkerRingDepth> to_control;
+  queue::SpscRing<ControlToWorker, kWorkerRingDepth> to_worker;
+  queue::SpscRing<WorkerToControl, kWorkerRingDepth> to_control;
 };
 
 // Passcodes read from the files the config names; never logged.

@@ -16,10 +16,12 @@
 #include "control/messages.h"
 #include "control/placement.h"
 #include "control/replica.h"
-#include "control/ring.h"
+#include "queue/spsc_ring.h"
 
 namespace sluice::control {
 namespace {
+
+using queue::SpscRing;
 
 std::vector<NodeSpec> weighted_nodes() {
   return {
@@ -466,7 +468,7 @@ TEST(Replica, ManyInsertClearCyclesStayCorrect) {
 // ---- rings ----------------------------------------------------------------------------------
 
 TEST(Ring, PushUntilFullIsRefusedAndCounted) {
-  Ring<uint64_t, 8> ring;
+  SpscRing<uint64_t, 8> ring;
   for (uint64_t i = 0; i < 8; ++i)
     ASSERT_TRUE(ring.try_push(i));
   EXPECT_EQ(ring.full_count(), 0u);
@@ -481,8 +483,22 @@ TEST(Ring, PushUntilFullIsRefusedAndCounted) {
   EXPECT_TRUE(ring.try_push(10));
 }
 
+TEST(Ring, DepthSetAtConstructionHoldsThatManyAndFrontPeeks) {
+  SpscRing<uint64_t> ring(5);
+  for (uint64_t i = 0; i < 5; ++i)
+    ASSERT_TRUE(ring.try_push(i));
+  EXPECT_FALSE(ring.try_push(5));
+  EXPECT_EQ(ring.full_count(), 1u);
+  ASSERT_EQ(ring.read_available(), 5u);
+  EXPECT_EQ(ring.front(), 0u);
+  ring.pop();
+  EXPECT_EQ(ring.front(), 1u);
+  EXPECT_EQ(ring.read_available(), 4u);
+  EXPECT_TRUE(ring.try_push(6));
+}
+
 TEST(Ring, PopSomeTakesAtMostMax) {
-  Ring<uint64_t, 16> ring;
+  SpscRing<uint64_t, 16> ring;
   for (uint64_t i = 0; i < 10; ++i)
     ASSERT_TRUE(ring.try_push(i));
   std::vector<uint64_t> got;
@@ -496,7 +512,7 @@ TEST(Ring, PopSomeTakesAtMostMax) {
 }
 
 TEST(Ring, CarriesControlMessagesIntoAReplica) {
-  auto ring = std::make_unique<Ring<ControlToWorker, 64>>();
+  auto ring = std::make_unique<SpscRing<ControlToWorker, 64>>();
   Replica r(weighted_nodes(), 16);
   ASSERT_TRUE(ring->try_push(set_owner("/", "orders", 2, OwnerSource::kPinned)));
   ASSERT_TRUE(ring->try_push(NodeState{2, AdminState::kDrain, HealthState::kUp}));
@@ -514,7 +530,7 @@ TEST(Ring, CarriesControlMessagesIntoAReplica) {
 
 TEST(Ring, TwoThreadsPassAMillionInOrder) {
   constexpr uint64_t kCount = 1'000'000;
-  auto ring = std::make_unique<Ring<uint64_t, 1024>>();
+  auto ring = std::make_unique<SpscRing<uint64_t, 1024>>();
   std::atomic<bool> stop{false};
   std::thread producer([&] {
     for (uint64_t i = 0; i < kCount && !stop.load(std::memory_order_relaxed);) {
