@@ -16,11 +16,7 @@
 #include <thread>
 
 #include "control/log.h"
-#include "dataplane/dpdk/engine/lcore.h"
-#include "dataplane/dpdk/port/driver.h"
-#include "dataplane/dpdk/port/eal.h"
-#include "dataplane/dpdk/port/mbuf_pool.h"
-#include "dataplane/dpdk/port/port.h"
+#include "dataplane/dpdk/dpdk.h"
 #include "dataplane/session/prelude.h"
 #include "gateway/login_cache.h"
 #include "gateway/metrics_families.h"
@@ -38,107 +34,6 @@ constexpr uint64_t kSnapshotNs = 100'000'000;   // what the admin API sees is th
 // microseconds at most, so that a large table is walked over several ticks, never in one.
 constexpr uint32_t kListingStep = 4096;
 constexpr uint32_t kMbufCache = 256;
-
-// The lcore's view of control: the io_uring engine's replica router, its answers in host-order
-// IPv4.
-class DpdkRouter final : public engine::Router {
- public:
-  DpdkRouter(control::Control::Worker worker, NodeDirectory& directory, uint32_t login_cache_ms)
-      : replica_(std::move(worker), directory, "dpdk0"), logins_(login_cache_ms) {}
-  engine::Target route(const session::QueueKey& key, uint64_t session_hash) override {
-    return target_of(replica_.route(key, session_hash));
-  }
-  void connect_failed(uint32_t node) override { replica_.connect_failed(node); }
-  void confirm_placement(const session::QueueKey& key, uint32_t node) override {
-    replica_.confirm_placement(key, node);
-  }
-  engine::Target login_node(std::string_view vhost, uint64_t session_hash,
-                            uint32_t attempt) override {
-    return target_of(replica_.login_node(vhost, session_hash, attempt));
-  }
-  std::optional<std::string_view> login_cached(std::string_view vhost,
-                                               std::optional<std::string_view> login,
-                                               std::optional<std::string_view> passcode,
-                                               uint64_t now_ns) override {
-    return logins_.find(vhost, login, passcode, session::Nanos(now_ns));
-  }
-  void login_accepted(std::string_view vhost, std::optional<std::string_view> login,
-                      std::optional<std::string_view> passcode, std::string_view server,
-                      uint64_t now_ns) override {
-    logins_.remember(vhost, login, passcode, server, session::Nanos(now_ns));
-  }
-  void login_refused(std::string_view vhost, std::optional<std::string_view> login,
-                     std::optional<std::string_view> passcode) override {
-    logins_.forget(vhost, login, passcode);
-  }
-  void session_end(const engine::SessionEnd& e) override;
-  void heart_beat_mismatch(uint32_t node, session::HeartBeat client, session::HeartBeat told,
-                           session::HeartBeat owner, session::HeartBeatCheck check) override {
-    char client_text[24], told_text[24], owner_text[24];
-    control::log_event(control::LogLevel::kWarn, "heartbeat_mismatch",
-                       {{"owner", replica_.node_name(node)},
-                        {"client_heart_beat", session::format_heart_beat(client_text, client)},
-                        {"told", session::format_heart_beat(told_text, told)},
-                        {"owner_heart_beat", session::format_heart_beat(owner_text, owner)},
-                        {"check", session::heart_beat_check_name(check)}});
-  }
-  void poll() { replica_.poll(); }
-  std::string_view node_name(uint32_t node) const { return replica_.node_name(node); }
-  uint64_t login_cache_hits() const { return logins_.hits(); }
-
- private:
-  // Session-end log lines: at most this many a second, the rest counted in one line.
-  static constexpr uint32_t kSessionEndLogsPerSecond = 20;
-
-  static engine::Target target_of(const uring::RouteDecision& d) {
-    switch (d.kind) {
-      case uring::RouteDecision::Kind::kDirect:
-        return engine::Target{engine::Target::Kind::kOwner, d.node, ntohl(d.addr.sin_addr.s_addr),
-                              ntohs(d.addr.sin_port),       {},     d.placement_pending};
-      case uring::RouteDecision::Kind::kSpill:
-        return engine::Target{engine::Target::Kind::kSpill, UINT32_MAX, 0, 0, {}};
-      case uring::RouteDecision::Kind::kRefuse:
-        return engine::Target{engine::Target::Kind::kRefuse, UINT32_MAX, 0, 0, d.message};
-    }
-    return {};
-  }
-
-  ReplicaRouter replica_;
-  LoginCache logins_;
-  std::chrono::steady_clock::time_point log_window_{};
-  uint32_t log_lines_ = 0;
-  uint64_t log_suppressed_ = 0;
-};
-
-std::string endpoint_text(uint32_t ip, uint16_t port);
-
-void DpdkRouter::session_end(const engine::SessionEnd& e) {
-  const auto now = std::chrono::steady_clock::now();
-  if (now - log_window_ >= std::chrono::seconds(1)) {
-    if (log_suppressed_ > 0) {
-      control::log_event(control::LogLevel::kInfo, "session_end_lines_suppressed",
-                         {{"lines", std::to_string(log_suppressed_)}});
-    }
-    log_window_ = now;
-    log_lines_ = 0;
-    log_suppressed_ = 0;
-  }
-  if (log_lines_ >= kSessionEndLogsPerSecond) {
-    ++log_suppressed_;
-    return;
-  }
-  ++log_lines_;
-  const std::string client = endpoint_text(e.client_ip, e.client_port);
-  const std::string_view owner = e.node != UINT32_MAX ? replica_.node_name(e.node) : "-";
-  control::log_event(control::LogLevel::kInfo, "session_end",
-                     {{"reason", e.reason},
-                      {"client", client},
-                      {"vhost", e.vhost},
-                      {"login", e.login},
-                      {"queue", e.queue},
-                      {"owner", owner},
-                      {"message", e.message}});
-}
 
 struct Snapshot {
   engine::LcoreCounters counters;
@@ -171,8 +66,8 @@ std::string endpoint_text(uint32_t ip, uint16_t port) {
 // The lcore and what runs beside it on its thread: control's messages and the snapshots.
 class LcoreHandler final : public engine::BurstHandler {
  public:
-  LcoreHandler(engine::Lcore& lcore, DpdkRouter& router, std::mutex& mutex, Snapshot& snapshot,
-               FlowViews& views)
+  LcoreHandler(engine::Lcore& lcore, control::ReplicaRouter& router, std::mutex& mutex,
+               Snapshot& snapshot, FlowViews& views)
       : lcore_(lcore), router_(router), mutex_(mutex), snapshot_(snapshot), views_(views) {}
   void set_loop(const port::LcoreLoop* loop) { loop_ = loop; }
 
@@ -219,7 +114,7 @@ class LcoreHandler final : public engine::BurstHandler {
   void answer_views(uint64_t ticket);
 
   engine::Lcore& lcore_;
-  DpdkRouter& router_;
+  control::ReplicaRouter& router_;
   std::mutex& mutex_;
   Snapshot& snapshot_;
   FlowViews& views_;
@@ -243,9 +138,7 @@ void LcoreHandler::answer_views(uint64_t ticket) {
     i.queue = std::move(v.queue);
     // The spill listener is no owner; an owner is known once the flow binds.
     if (!v.to_spill && v.node != UINT32_MAX) i.owner = std::string(router_.node_name(v.node));
-    i.state = v.to_spill && v.state == engine::detail::FlowState::kSpliced
-                  ? "spill"
-                  : engine::detail::flow_state_name(v.state);
+    i.state = std::string(v.state);
     i.bytes_in = v.bytes_in;
     i.bytes_out = v.bytes_out;
     i.age_ms = int64_t(v.age_ms);
@@ -271,7 +164,8 @@ std::string mac_text(const port::Port::MacAddr& m) {
 struct DpdkEngine::Impl {
   std::unique_ptr<port::MbufPool> pool;
   std::vector<std::unique_ptr<port::Port>> ports;  // [dpdk] ports, then the exception port
-  std::unique_ptr<DpdkRouter> router;
+  std::unique_ptr<control::ReplicaRouter> router;
+  std::unique_ptr<LoginCache> logins;
   std::unique_ptr<engine::Lcore> lcore;
   std::unique_ptr<LcoreHandler> handler;
   std::unique_ptr<port::LcoreLoop> loop;
@@ -292,7 +186,8 @@ DpdkEngine::~DpdkEngine() {
 
 std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
                                              control::Control::Worker worker,
-                                             NodeDirectory& directory, std::string* error) {
+                                             control::NodeDirectory& directory,
+                                             std::string* error) {
   const control::DpdkConfig& d = c.dpdk;
   // The EAL pins the calling thread to its main lcore; every thread sluiced starts later
   // would inherit that. Keep the daemon's own CPU set.
@@ -371,8 +266,10 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
     *error = "dpdk: " + bad;
     return nullptr;
   }
-  impl->router = std::make_unique<DpdkRouter>(std::move(worker), directory, c.login_cache_ms);
-  impl->lcore = std::make_unique<engine::Lcore>(lc, *impl->router, *impl->pool, 0);
+  impl->router = std::make_unique<control::ReplicaRouter>(std::move(worker), directory, "dpdk0");
+  impl->logins = std::make_unique<LoginCache>(c.login_cache_ms);
+  impl->lcore =
+      std::make_unique<engine::Lcore>(lc, *impl->router, *impl->pool, 0, impl->logins.get());
   impl->handler = std::make_unique<LcoreHandler>(*impl->lcore, *impl->router, impl->mutex,
                                                  impl->snapshot, impl->views);
   for (const auto& p : impl->ports) {

@@ -11,8 +11,8 @@
 
 #include "control/config.h"
 #include "control/control.h"
+#include "control/router.h"
 #include "control/sessions_admin.h"
-#include "gateway/engine_parts.h"
 
 namespace sluice::gateway {
 
@@ -21,8 +21,8 @@ class DpdkEngine {
   // Starts the EAL, opens the ports and builds the lcore; nothing polls until start(). The
   // error names the config key or the device.
   static std::unique_ptr<DpdkEngine> open(const control::GatewayConfig& config,
-                                          control::Control::Worker worker, NodeDirectory& directory,
-                                          std::string* error);
+                                          control::Control::Worker worker,
+                                          control::NodeDirectory& directory, std::string* error);
   ~DpdkEngine();
 
   void start();

@@ -7,12 +7,15 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
 
-#include "dataplane/uring/engine.h"
+#include "dataplane/session/route.h"
 
 namespace sluice::gateway {
 
-class LoginCache final : public uring::LoginCache {
+class LoginCache final : public session::LoginCache {
  public:
   static constexpr size_t kEntries = 4096;  // per worker, direct-mapped
   static constexpr size_t kServerBytesMax = 128;

@@ -156,7 +156,7 @@ int run(const std::string& path) {
   if (!spill) return fail(kExitStartFailed, spill_error);
 
   // The engine: one router (replica), spill producer and credentials checker per worker.
-  sluice::gateway::NodeDirectory directory;
+  sluice::control::NodeDirectory directory;
   if (auto e = directory.set(config.nodes)) return fail(kExitStartFailed, *e);
   std::shared_ptr<const sluice::gateway::UsersFile> users;
   if (!config.spill.users_file.empty()) {
@@ -169,13 +169,13 @@ int run(const std::string& path) {
   // Every worker's SpillAuth follows this; a reload reads the users file again into it.
   auto users_source = std::make_shared<sluice::gateway::UsersSource>(users);
   const std::string users_path = config.spill.users_file;
-  std::vector<std::unique_ptr<sluice::gateway::ReplicaRouter>> routers;
+  std::vector<std::unique_ptr<sluice::control::ReplicaRouter>> routers;
   std::vector<std::unique_ptr<sluice::gateway::ProducerSink>> sinks;
   std::vector<std::unique_ptr<sluice::gateway::SpillAuth>> auths;
   std::vector<std::unique_ptr<sluice::gateway::LoginCache>> logins;
   std::vector<sluice::uring::WorkerParts> parts;
   for (uint32_t i = 0; i < config.workers; ++i) {
-    routers.push_back(std::make_unique<sluice::gateway::ReplicaRouter>(
+    routers.push_back(std::make_unique<sluice::control::ReplicaRouter>(
         control.attach_worker(), directory, "uring" + std::to_string(i)));
     sinks.push_back(std::make_unique<sluice::gateway::ProducerSink>(spill->log().producer(i)));
     auths.push_back(

@@ -3,7 +3,8 @@
 // the session core, is routed by the worker's Router, and is then either spliced to the owner
 // through two pipes (IORING_OP_SPLICE, zero copy) or served as a spill session whose SENDs go to
 // the worker's SpillSink. The engine includes neither control/ nor queue/: the gateway adapts
-// them to the three interfaces below.
+// them to the session core's Router and LoginCache (dataplane/session/route.h) and to the
+// SpillSink below.
 #pragma once
 
 #include <netinet/in.h>
@@ -22,6 +23,7 @@
 #include "dataplane/session/config.h"
 #include "dataplane/session/prelude.h"
 #include "dataplane/session/queue_key.h"
+#include "dataplane/session/route.h"
 #include "dataplane/session/spill_session.h"
 
 namespace sluice::uring {
@@ -118,44 +120,6 @@ struct LiveLimitCells {
 };
 }  // namespace detail
 
-// Where a session goes (DESIGN section 3, RESOLVE).
-struct RouteDecision {
-  enum class Kind : uint8_t {
-    kDirect,  // splice to `addr`
-    kSpill,   // terminate here: the owner is down, or the queue has a backlog (drain barrier)
-    kRefuse,  // ERROR `message` and close (no node configured, name too long for the table)
-  };
-  Kind kind = Kind::kSpill;
-  uint32_t node = UINT32_MAX;
-  sockaddr_in addr{};
-  std::string_view message;
-  // kDirect to a queue the table does not hold yet: `node` is where placement puts it, recorded
-  // only by confirm_placement() once that node accepted the session's login.
-  bool placement_pending = false;
-};
-
-// The worker's view of control's decisions. Called on the worker's thread only.
-class Router {
- public:
-  virtual ~Router() = default;
-  // Applies what control sent since the last call (bounded work per call).
-  virtual void poll() = 0;
-  // `session_hash` spreads default-route sessions over the healthy nodes.
-  virtual RouteDecision route(const session::QueueKey& key, uint64_t session_hash) = 0;
-  // A node to check a CONNECT's login (login_check eager): of the healthy nodes taking new
-  // sessions, in an order spread by `session_hash`, the `attempt`-th (a node that failed to
-  // answer is followed by the next); kSpill when there is none (the gateway answers itself).
-  virtual RouteDecision login_node(std::string_view vhost, uint64_t session_hash,
-                                   uint32_t attempt) = 0;
-  // `node` accepted the login of a session routed with placement_pending: record the placement.
-  virtual void confirm_placement(const session::QueueKey& key, uint32_t node) = 0;
-  // True when the key's owner is up again: spill sessions for it are ended gracefully.
-  virtual bool owner_up(const session::QueueKey& key) = 0;
-  // A connect to `node` was refused or timed out (passive health).
-  virtual void connect_failed(uint32_t node) = 0;
-  virtual std::string_view node_name(uint32_t node) const = 0;
-};
-
 // The worker's end of the spill log. Called on the worker's thread only.
 class SpillSink {
  public:
@@ -179,31 +143,12 @@ class SpillSink {
   virtual int notify_fd() const = 0;
 };
 
-// Logins a node accepted (login_check eager), so that a returning client's CONNECT is answered
-// without a connection per session. Called on the worker's thread only.
-class LoginCache {
- public:
-  virtual ~LoginCache() = default;
-  // The `server` header of the node that accepted this (vhost, login, passcode) within the
-  // cache's lifetime, valid until the next call; nullopt when not cached.
-  virtual std::optional<std::string_view> find(std::string_view vhost,
-                                               std::optional<std::string_view> login,
-                                               std::optional<std::string_view> passcode,
-                                               Nanos now) = 0;
-  virtual void remember(std::string_view vhost, std::optional<std::string_view> login,
-                        std::optional<std::string_view> passcode, std::string_view server,
-                        Nanos now) = 0;
-  // A node refused this login: its entry goes.
-  virtual void forget(std::string_view vhost, std::optional<std::string_view> login,
-                      std::optional<std::string_view> passcode) = 0;
-};
-
 // The pieces one worker runs with; they outlive the engine.
 struct WorkerParts {
-  Router* router = nullptr;
-  SpillSink* spill = nullptr;            // null: spill sessions are refused
-  session::SpillHooks* hooks = nullptr;  // credentials and ACL for spill sessions
-  LoginCache* logins = nullptr;          // null: every eager login check asks a node
+  session::Router* router = nullptr;
+  SpillSink* spill = nullptr;             // null: spill sessions are refused
+  session::SpillHooks* hooks = nullptr;   // credentials and ACL for spill sessions
+  session::LoginCache* logins = nullptr;  // null: every eager login check asks a node
 };
 
 enum class LogLevel : uint8_t { kDebug, kInfo, kWarn, kError };

@@ -261,7 +261,7 @@ class Worker {
   void feed_prelude(uint32_t slot, std::string_view bytes);
   void drive_prelude(uint32_t slot);
   void resolve(uint32_t slot);
-  void connect_owner(uint32_t slot, const RouteDecision& d, State state);
+  void connect_owner(uint32_t slot, const session::Route& d, State state);
   static uint64_t session_hash(const Session& s);
   void keep_held(uint32_t slot);
   void log_heart_beat_mismatch(uint32_t slot, const session::GreetingResult& g);
@@ -381,11 +381,6 @@ class Worker {
   uint32_t prelude_max_ = 0;  // preludes this worker has memory for (the live limit is lower)
   uint32_t spill_max_ = 0;
   uint64_t next_id_ = 0;
-  // Session-end log lines: at most kSessionEndLogsPerSecond a second, the rest counted.
-  static constexpr uint32_t kSessionEndLogsPerSecond = 20;
-  Nanos log_window_ = 0;
-  uint32_t log_lines_ = 0;
-  uint64_t log_suppressed_ = 0;
 
   // Spill appends in flight, in append order.
   std::vector<AppendRef> appends_;

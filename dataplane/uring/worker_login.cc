@@ -2,6 +2,7 @@
 // the session goes on, and its connection is held while the prelude waits for a destination;
 // the heart-beats the gateway owes and expects while it speaks for a session; session-end log
 // lines (DESIGN section 3, PRELUDE).
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,13 +22,6 @@ namespace {
 // Bytes the held connection's node may send while it waits: heart-beat EOLs only.
 constexpr size_t kHeldReadBytes = 256;
 
-std::string address_of(uint32_t ip, uint16_t port) {
-  const uint32_t h = ntohl(ip);
-  return std::to_string(h >> 24) + "." + std::to_string((h >> 16) & 0xFF) + "." +
-         std::to_string((h >> 8) & 0xFF) + "." + std::to_string(h & 0xFF) + ":" +
-         std::to_string(port);
-}
-
 }  // namespace
 
 void Worker::check_login(uint32_t slot) {
@@ -42,11 +36,11 @@ void Worker::check_login(uint32_t slot) {
       return;
     }
   }
-  const RouteDecision d =
+  const session::Route d =
       s.login_attempts < kLoginAttemptsMax
           ? parts_.router->login_node(vhost, session_hash(s), s.login_attempts++)
-          : RouteDecision{};
-  if (d.kind != RouteDecision::Kind::kDirect) {
+          : session::Route{};
+  if (d.kind != session::Route::Kind::kOwner) {
     // No node can check it now: the gateway answers, and the owner (or the spill session's
     // users file) checks the login when the session binds.
     bump(counters_.login_unchecked);
@@ -242,52 +236,31 @@ void Worker::heart_beats(uint32_t slot, Nanos t) {
 }
 
 void Worker::log_session_end(uint32_t slot, std::string_view reason, std::string_view message) {
-  const Nanos t = now();
-  if (t - log_window_ >= 1'000'000'000) {
-    if (log_suppressed_ > 0) {
-      const std::string n = std::to_string(log_suppressed_);
-      log_(LogLevel::kInfo, "session_end_lines_suppressed", {{{"lines", n}}});
-    }
-    log_window_ = t;
-    log_lines_ = 0;
-    log_suppressed_ = 0;
-  }
-  if (log_lines_ >= kSessionEndLogsPerSecond) {
-    ++log_suppressed_;
-    return;
-  }
-  ++log_lines_;
   const Session& s = sessions_[slot];
-  std::string_view vhost, queue, login;
+  session::SessionEnd e;
+  e.reason = reason;
+  e.client_ip = ntohl(s.src_ip);
+  e.client_port = s.src_port;
   if (s.prelude_slot != kNone && preludes_.object(s.prelude_slot).prelude) {
     session::Prelude& p = *preludes_.object(s.prelude_slot).prelude;
-    vhost = p.key().vhost;
-    queue = p.key().queue;
-    login = p.login().value_or(std::string_view());
+    e.vhost = p.key().vhost;
+    e.queue = p.key().queue;
+    e.login = p.login().value_or(std::string_view());
   } else if (s.spill_slot != kNone) {
     const SpillSlot& ss = spills_.object(s.spill_slot);
-    vhost = std::string_view(ss.vhost, ss.vhost_len);
-    queue = std::string_view(ss.queue, ss.queue_len);
+    e.vhost = std::string_view(ss.vhost, ss.vhost_len);
+    e.queue = std::string_view(ss.queue, ss.queue_len);
   }
-  const std::string client = address_of(s.src_ip, s.src_port);
-  const std::string_view owner = s.node != kNone ? parts_.router->node_name(s.node) : "-";
-  const LogField fields[] = {{"reason", reason},  {"client", client}, {"vhost", vhost},
-                             {"login", login},    {"queue", queue},   {"owner", owner},
-                             {"message", message}};
-  log_(LogLevel::kInfo, "session_end", fields);
+  e.node = s.node != kNone ? s.node : session::kNoRouteNode;
+  e.message = message;
+  parts_.router->session_end(e);
 }
 
 void Worker::log_heart_beat_mismatch(uint32_t slot, const session::GreetingResult& g) {
   const Session& s = sessions_[slot];
   const session::Prelude& p = *preludes_.object(s.prelude_slot).prelude;
-  char told[24], owner[24], client[24];
-  const LogField fields[] = {
-      {"owner", parts_.router->node_name(s.node)},
-      {"client_heart_beat", session::format_heart_beat(client, p.client_heart_beat())},
-      {"told", session::format_heart_beat(told, p.told_heart_beat())},
-      {"owner_heart_beat", session::format_heart_beat(owner, g.heart_beat)},
-      {"check", session::heart_beat_check_name(g.heart_beat_check)}};
-  log_(LogLevel::kWarn, "heartbeat_mismatch", fields);
+  parts_.router->heart_beat_mismatch(s.node, p.client_heart_beat(), p.told_heart_beat(),
+                                     g.heart_beat, g.heart_beat_check);
 }
 
 }  // namespace sluice::uring::detail

@@ -1,5 +1,6 @@
 // From the first byte to the owner's CONNECTED: the prelude, routing, the connect with its
 // linked timeout, the replay and the owner's first frame (DESIGN section 3).
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -118,10 +119,10 @@ void Worker::resolve(uint32_t slot) {
     start_spill(slot);
     return;
   }
-  const RouteDecision d = parts_.router->route(key, session_hash(s));
-  if (s.held && !(d.kind == RouteDecision::Kind::kDirect && d.node == s.node)) drop_held(slot);
+  const session::Route d = parts_.router->route(key, session_hash(s));
+  if (s.held && !(d.kind == session::Route::Kind::kOwner && d.node == s.node)) drop_held(slot);
   switch (d.kind) {
-    case RouteDecision::Kind::kDirect:
+    case session::Route::Kind::kOwner:
       s.placement_pending = d.placement_pending;
       if (s.held) {
         keep_held(slot);
@@ -129,10 +130,10 @@ void Worker::resolve(uint32_t slot) {
         connect_owner(slot, d, State::kConnecting);
       }
       return;
-    case RouteDecision::Kind::kSpill:
+    case session::Route::Kind::kSpill:
       start_spill(slot);
       return;
-    case RouteDecision::Kind::kRefuse:
+    case session::Route::Kind::kRefuse:
       bump(counters_.refused_route);
       log_session_end(slot, "route", d.message);
       close_with_error(slot, d.message, "the gateway cannot route this destination");
@@ -187,7 +188,7 @@ void Worker::close_with_error(uint32_t slot, std::string_view message, std::stri
   send_then_close(slot, *frame);
 }
 
-void Worker::connect_owner(uint32_t slot, const RouteDecision& d, State state) {
+void Worker::connect_owner(uint32_t slot, const session::Route& d, State state) {
   Session& s = sessions_[slot];
   s.node = d.node;
   s.ofd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -208,7 +209,11 @@ void Worker::connect_owner(uint32_t slot, const RouteDecision& d, State state) {
   PreludeSlot& ps = preludes_.object(s.prelude_slot);
   // The address lives in the prelude slot until the connect completes.
   static_assert(sizeof(sockaddr_in) <= sizeof(ps.iov));
-  std::memcpy(ps.iov, &d.addr, sizeof d.addr);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(d.ip);
+  addr.sin_port = htons(d.port);
+  std::memcpy(ps.iov, &addr, sizeof addr);
   io_uring_sqe* e = sqe();
   io_uring_prep_connect(e, s.ofd, reinterpret_cast<const sockaddr*>(ps.iov), sizeof(sockaddr_in));
   e->flags |= IOSQE_IO_LINK;

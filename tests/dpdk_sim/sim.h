@@ -94,9 +94,11 @@ class HeapPool final : public engine::FramePool {
   std::vector<Frame*> free_;
 };
 
-class ScriptedRouter final : public engine::Router {
+// The session core's Router and LoginCache as a test scripts them.
+class ScriptedRouter final : public session::Router, public session::LoginCache {
  public:
-  engine::Target route(const session::QueueKey& key, uint64_t) override {
+  void poll() override {}
+  session::Route route(const session::QueueKey& key, uint64_t) override {
     last_queue = std::string(key.queue);
     last_vhost = std::string(key.vhost);
     ++routes;
@@ -106,31 +108,33 @@ class ScriptedRouter final : public engine::Router {
   void confirm_placement(const session::QueueKey& key, uint32_t node) override {
     confirmed.emplace_back(std::string(key.queue), node);
   }
+  bool owner_up(const session::QueueKey&) override { return true; }
+  std::string_view node_name(uint32_t) const override { return "node"; }
   // The login check's nodes: login_nodes[attempt], none past them.
-  engine::Target login_node(std::string_view, uint64_t, uint32_t attempt) override {
+  session::Route login_node(std::string_view, uint64_t, uint32_t attempt) override {
     ++login_asks;
     if (attempt < login_nodes.size()) return login_nodes[attempt];
-    return engine::Target{};
+    return session::Route{};
   }
   // A one-entry login cache, keyed by the passcode alone (the tests' logins differ in it).
-  std::optional<std::string_view> login_cached(std::string_view, std::optional<std::string_view>,
-                                               std::optional<std::string_view> passcode,
-                                               uint64_t) override {
+  std::optional<std::string_view> find(std::string_view, std::optional<std::string_view>,
+                                       std::optional<std::string_view> passcode,
+                                       session::Nanos) override {
     if (cached_passcode.empty() || passcode.value_or("") != cached_passcode) return std::nullopt;
     return cached_server;
   }
-  void login_accepted(std::string_view, std::optional<std::string_view>,
-                      std::optional<std::string_view> passcode, std::string_view server,
-                      uint64_t) override {
+  void remember(std::string_view, std::optional<std::string_view>,
+                std::optional<std::string_view> passcode, std::string_view server,
+                session::Nanos) override {
     cached_passcode = std::string(passcode.value_or(""));
     cached_server = std::string(server);
   }
-  void login_refused(std::string_view, std::optional<std::string_view>,
-                     std::optional<std::string_view> passcode) override {
+  void forget(std::string_view, std::optional<std::string_view>,
+              std::optional<std::string_view> passcode) override {
     if (passcode.value_or("") == cached_passcode) cached_passcode.clear();
     ++logins_refused;
   }
-  void session_end(const engine::SessionEnd& e) override {
+  void session_end(const session::SessionEnd& e) override {
     ends.push_back(std::string(e.reason) + " vhost=" + std::string(e.vhost) +
                    " login=" + std::string(e.login) + " queue=" + std::string(e.queue) +
                    " message=" + std::string(e.message));
@@ -141,9 +145,9 @@ class ScriptedRouter final : public engine::Router {
     mismatches.push_back(check);
   }
 
-  engine::Target target{engine::Target::Kind::kOwner, 7, kOwnerIp, kOwnerPort, {}};
+  session::Route target{session::Route::Kind::kOwner, 7, kOwnerIp, kOwnerPort, {}};
   std::vector<session::HeartBeatCheck> mismatches;
-  std::vector<engine::Target> login_nodes;
+  std::vector<session::Route> login_nodes;
   uint32_t login_asks = 0;
   std::string cached_passcode;
   std::string cached_server;
@@ -230,7 +234,7 @@ class Bench {
  public:
   explicit Bench(const engine::LcoreConfig& c = default_config(), size_t pool_limit = SIZE_MAX)
       : config(c), pool(pool_limit) {
-    lcore = std::make_unique<engine::Lcore>(config, router, pool, now_ns);
+    lcore = std::make_unique<engine::Lcore>(config, router, pool, now_ns, &router);
   }
 
   // Delivers frames in one burst and returns what the lcore sent.

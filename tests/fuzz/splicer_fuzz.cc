@@ -21,6 +21,7 @@ namespace {
 
 namespace net = sluice::dpdk::net;
 namespace engine = sluice::dpdk::engine;
+namespace session = sluice::session;
 using namespace sluice::dpdk::sim;
 
 constexpr size_t kClients = 3;
@@ -121,7 +122,7 @@ struct World {
       break;
     }
   }
-  void route(const engine::Target& t) { b.router.target = g.router.target = f.router.target = t; }
+  void route(const session::Route& t) { b.router.target = g.router.target = f.router.target = t; }
 
   void take(std::vector<Sent> out) {
     check(b.lcore->flows() == g.lcore->flows() &&
@@ -260,10 +261,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 12: {
         const int k = in.ConsumeIntegralInRange<int>(0, 2);
-        w.route(k == 0 ? engine::Target{engine::Target::Kind::kOwner, 1, kOwnerIp, kOwnerPort, {}}
+        w.route(k == 0 ? session::Route{session::Route::Kind::kOwner, 1, kOwnerIp, kOwnerPort, {}}
                 : k == 1
-                    ? engine::Target{engine::Target::Kind::kSpill, UINT32_MAX, 0, 0, {}}
-                    : engine::Target{engine::Target::Kind::kRefuse, UINT32_MAX, 0, 0, "refused"});
+                    ? session::Route{session::Route::Kind::kSpill, UINT32_MAX, 0, 0, {}}
+                    : session::Route{session::Route::Kind::kRefuse, UINT32_MAX, 0, 0, "refused"});
         break;
       }
       case 13:

@@ -19,6 +19,7 @@ namespace {
 namespace net = sluice::dpdk::net;
 namespace engine = sluice::dpdk::engine;
 namespace flow = sluice::dpdk::flow;
+namespace session = sluice::session;
 using namespace sluice::dpdk::sim;
 using engine::detail::FlowState;
 
@@ -651,7 +652,7 @@ TEST_F(Splicer, OwnerSilentIsRetriedThenSpilled) {
 }
 
 TEST_F(Splicer, SpillRouteConnectsToTheSpillListener) {
-  b().router.target = engine::Target{engine::Target::Kind::kSpill, UINT32_MAX, 0, 0, {}};
+  b().router.target = session::Route{session::Route::Kind::kSpill, UINT32_MAX, 0, 0, {}};
   Endpoint c = make_client();
   handshake(c);
   connect(c);
@@ -662,7 +663,7 @@ TEST_F(Splicer, SpillRouteConnectsToTheSpillListener) {
 
 TEST_F(Splicer, RefusedRouteGetsErrorWithTheRoutersMessage) {
   b().router.target =
-      engine::Target{engine::Target::Kind::kRefuse, UINT32_MAX, 0, 0, "no node configured"};
+      session::Route{session::Route::Kind::kRefuse, UINT32_MAX, 0, 0, "no node configured"};
   Endpoint c = make_client();
   handshake(c);
   connect(c);
@@ -1495,7 +1496,7 @@ TEST_F(EagerLogin, TheNodesErrorReachesTheClientAndNothingIsRecorded) {
 }
 
 TEST_F(EagerLogin, ANodeThatCannotCheckIsPassedOverThenTheGatewayAnswers) {
-  engine::Target other = b().router.target;
+  session::Route other = b().router.target;
   other.node = 8;
   other.ip = kOtherOwnerIp;
   b().router.login_nodes.push_back(other);
@@ -2136,7 +2137,7 @@ TEST_P(FastPath, TheLcoreListsItsSessionsWithTheBytesSplicedEachWay) {
   const engine::Lcore::FlowView& v = views[0];
   EXPECT_EQ(v.id, 1u);
   EXPECT_EQ(v.client, tuple_of(c));
-  EXPECT_EQ(v.state, FlowState::kSpliced);
+  EXPECT_EQ(v.state, "spliced");
   EXPECT_EQ(v.node, 7u);  // ScriptedRouter's owner
   EXPECT_FALSE(v.to_spill);
   EXPECT_EQ(v.vhost, b().router.last_vhost);
@@ -2147,7 +2148,7 @@ TEST_P(FastPath, TheLcoreListsItsSessionsWithTheBytesSplicedEachWay) {
   const engine::Lcore::FlowView& p = views[1];
   EXPECT_EQ(p.id, 2u);
   EXPECT_EQ(p.client, tuple_of(late));
-  EXPECT_EQ(p.state, FlowState::kPrelude);
+  EXPECT_EQ(p.state, "prelude");
   EXPECT_EQ(p.node, UINT32_MAX);
   EXPECT_TRUE(p.queue.empty());
   EXPECT_EQ(p.bytes_in + p.bytes_out, 0u);
@@ -2194,7 +2195,7 @@ TEST_P(FastPath, TheLcoreListsItsSessionsWithTheBytesSplicedEachWay) {
   const auto view = std::find_if(reused.begin(), reused.end(),
                                  [](const engine::Lcore::FlowView& w) { return w.id == 3u; });
   ASSERT_NE(view, reused.end());
-  EXPECT_EQ(view->state, FlowState::kPrelude);
+  EXPECT_EQ(view->state, "prelude");
   EXPECT_TRUE(view->vhost.empty());
   EXPECT_TRUE(view->queue.empty());
 }

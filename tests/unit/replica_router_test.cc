@@ -1,4 +1,4 @@
-// The gateway's routing policy (gateway/engine_parts.h, ReplicaRouter) over a real replica fed
+// The routing policy (control/router.h, ReplicaRouter) over a real replica fed
 // through the worker's ring, as control feeds it: the owner, placement of unknown queues, the
 // drain barrier (a queue with a spill backlog spills even when its owner is up), node health and
 // admin states, the default route, and the debug log line each decision writes.
@@ -13,15 +13,15 @@
 #include <vector>
 
 #include "control/log.h"
-#include "gateway/engine_parts.h"
+#include "control/router.h"
 
-namespace sluice::gateway {
+namespace sluice::control {
 namespace {
 
 using control::AdminState;
 using control::HealthState;
 using control::NodeIndex;
-using Kind = uring::RouteDecision::Kind;
+using Kind = session::Route::Kind;
 
 class ReplicaRouterTest : public ::testing::Test {
  protected:
@@ -59,18 +59,18 @@ class ReplicaRouterTest : public ::testing::Test {
     send(control::NodeState{node, admin, health});
   }
 
-  uring::RouteDecision route(std::string_view queue, uint64_t hash = 1) {
+  session::Route route(std::string_view queue, uint64_t hash = 1) {
     return router_->route(session::QueueKey{"/", queue, false}, hash);
   }
   bool owner_up(std::string_view queue) {
     return router_->owner_up(session::QueueKey{"/", queue, false});
   }
   // Direct to node n, at its configured address.
-  static void expect_direct(const uring::RouteDecision& d, NodeIndex n, uint16_t port) {
-    ASSERT_EQ(d.kind, Kind::kDirect);
+  static void expect_direct(const session::Route& d, NodeIndex n, uint16_t port) {
+    ASSERT_EQ(d.kind, Kind::kOwner);
     EXPECT_EQ(d.node, n);
-    EXPECT_EQ(ntohs(d.addr.sin_port), port);
-    EXPECT_EQ(d.addr.sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+    EXPECT_EQ(d.port, port);
+    EXPECT_EQ(d.ip, INADDR_LOOPBACK);
   }
   uint16_t port_of(NodeIndex n) const { return nodes_[n].port; }
   std::vector<NodeIndex> order(std::string_view queue) const {
@@ -87,7 +87,7 @@ class ReplicaRouterTest : public ::testing::Test {
 
 TEST_F(ReplicaRouterTest, UnknownQueueGoesToItsRendezvousNodeAndIsPlacedOnlyOnceConfirmed) {
   const NodeIndex want = order("orders")[0];
-  uring::RouteDecision d = route("orders");
+  session::Route d = route("orders");
   ASSERT_NO_FATAL_FAILURE(expect_direct(d, want, port_of(want)));
   EXPECT_TRUE(d.placement_pending);
   // Nothing recorded or reported until the owner accepted a session's login.
@@ -136,22 +136,21 @@ TEST_F(ReplicaRouterTest, SessionsOfAPlacedQueueReportItsUseOnceAMinute) {
 TEST_F(ReplicaRouterTest, LoginNodesAreEveryHealthyNodeInTurnAndNoneWhenAllAreDown) {
   std::vector<uint32_t> seen;
   for (uint32_t attempt = 0; attempt < nodes_.size(); ++attempt) {
-    uring::RouteDecision d = router_->login_node("/", 12345, attempt);
-    ASSERT_EQ(d.kind, uring::RouteDecision::Kind::kDirect) << attempt;
+    session::Route d = router_->login_node("/", 12345, attempt);
+    ASSERT_EQ(d.kind, Kind::kOwner) << attempt;
     EXPECT_LT(d.node, nodes_.size());
     seen.push_back(d.node);
   }
   std::sort(seen.begin(), seen.end());
   EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end()) << "a node asked twice";
-  EXPECT_EQ(router_->login_node("/", 12345, uint32_t(nodes_.size())).kind,
-            uring::RouteDecision::Kind::kSpill);
+  EXPECT_EQ(router_->login_node("/", 12345, uint32_t(nodes_.size())).kind, Kind::kSpill);
   // The first choice is the default route's for the same session.
   EXPECT_EQ(router_->login_node("/", 12345, 0).node,
             router_->route(session::QueueKey{"/", "x", true}, 12345).node);
   for (NodeIndex n = 0; n < nodes_.size(); ++n) {
     ASSERT_NO_FATAL_FAILURE(set_node(n, AdminState::kUp, HealthState::kDown));
   }
-  EXPECT_EQ(router_->login_node("/", 12345, 0).kind, uring::RouteDecision::Kind::kSpill);
+  EXPECT_EQ(router_->login_node("/", 12345, 0).kind, Kind::kSpill);
 }
 
 TEST_F(ReplicaRouterTest, OwnerControlChoseIsReachedDirect) {
@@ -224,20 +223,20 @@ TEST_F(ReplicaRouterTest, DefaultRouteSpreadsOverUsableNodesAndRefusesWhenNoneIs
   };
   std::set<uint32_t> used;
   for (uint64_t h = 0; h < 300; ++h) {
-    const uring::RouteDecision d = route_default(h * 0x9E3779B97F4A7C15ull);
-    ASSERT_EQ(d.kind, Kind::kDirect);
+    const session::Route d = route_default(h * 0x9E3779B97F4A7C15ull);
+    ASSERT_EQ(d.kind, Kind::kOwner);
     used.insert(d.node);
   }
   EXPECT_EQ(used, (std::set<uint32_t>{0, 1, 2}));
   ASSERT_NO_FATAL_FAILURE(set_node(0, AdminState::kUp, HealthState::kDown));
   ASSERT_NO_FATAL_FAILURE(set_node(2, AdminState::kDrain, HealthState::kUp));
   for (uint64_t h = 0; h < 100; ++h) {
-    const uring::RouteDecision d = route_default(h);
-    ASSERT_EQ(d.kind, Kind::kDirect);
+    const session::Route d = route_default(h);
+    ASSERT_EQ(d.kind, Kind::kOwner);
     EXPECT_EQ(d.node, 1u) << "only n1 is up and takes new sessions";
   }
   ASSERT_NO_FATAL_FAILURE(set_node(1, AdminState::kMaintenance, HealthState::kUp));
-  const uring::RouteDecision d = route_default(7);
+  const session::Route d = route_default(7);
   EXPECT_EQ(d.kind, Kind::kRefuse);
   EXPECT_EQ(d.message, "no node available, retry later");
   EXPECT_EQ(channel_->to_control.read_available(), 0u) << "the default route places nothing";
@@ -272,5 +271,36 @@ TEST_F(ReplicaRouterTest, EachDecisionIsOneDebugLineNamingTheRouterAndTheBacklog
   EXPECT_NE(second.find("route=direct node=n1 owner=n1 backlog=0"), std::string::npos) << second;
 }
 
+TEST_F(ReplicaRouterTest, SessionEndsAreLoggedAtMostTwentyASecondTheRestCounted) {
+  std::string sink;
+  control::set_log_sink(&sink);
+  session::SessionEnd e;
+  e.reason = "login_refused";
+  e.client_ip = 0x7F000001;
+  e.client_port = 40000;
+  e.vhost = "/";
+  e.login = "guest";
+  e.queue = "orders";
+  e.node = 2;
+  e.message = "Bad CONNECT";
+  for (int i = 0; i < 25; ++i)
+    router_->session_end(e);
+  e.node = session::kNoRouteNode;
+  router_->session_end(e);
+  control::set_log_sink(nullptr);
+  size_t lines = 0;
+  for (size_t at = sink.find("event=session_end "); at != std::string::npos;
+       at = sink.find("event=session_end ", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 20u) << sink;
+  EXPECT_NE(sink.find("event=session_end reason=login_refused client=127.0.0.1:40000 vhost=/ "
+                      "login=guest queue=orders owner=n2 message=\"Bad CONNECT\""),
+            std::string::npos)
+      << sink;
+  EXPECT_EQ(sink.find("owner=-"), std::string::npos) << "the 26th line is counted, not written";
+  EXPECT_EQ(sink.find("session_end_lines_suppressed"), std::string::npos)
+      << "the count is written when the next second's first line is";
+}
+
 }  // namespace
-}  // namespace sluice::gateway
+}  // namespace sluice::control

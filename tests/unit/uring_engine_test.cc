@@ -299,19 +299,20 @@ class FullListener {
 
 constexpr uint32_t kOwnerNode = 7;
 
-class FakeRouter final : public Router {
+class FakeRouter final : public session::Router {
  public:
   void set_direct(sockaddr_in addr) {
     std::lock_guard<std::mutex> l(mu_);
-    decision_ = RouteDecision{RouteDecision::Kind::kDirect, kOwnerNode, addr, {}};
+    decision_ = owner_route(kOwnerNode, addr);
   }
   void set_spill() {
     std::lock_guard<std::mutex> l(mu_);
-    decision_ = RouteDecision{RouteDecision::Kind::kSpill, UINT32_MAX, {}, {}};
+    decision_ = session::Route{};
   }
   void set_refuse() {
     std::lock_guard<std::mutex> l(mu_);
-    decision_ = RouteDecision{RouteDecision::Kind::kRefuse, UINT32_MAX, {}, "no node for queue"};
+    decision_ = session::Route{session::Route::Kind::kRefuse, session::kNoRouteNode, 0, 0,
+                               "no node for queue"};
   }
   void set_owner_up(bool up) { owner_up_.store(up); }
   std::vector<uint32_t> failed() const {
@@ -326,7 +327,7 @@ class FakeRouter final : public Router {
   // The node that checks logins (login_check eager); none by default: the gateway answers.
   void set_login_node(sockaddr_in addr, uint32_t node = kOwnerNode) {
     std::lock_guard<std::mutex> l(mu_);
-    login_ = RouteDecision{RouteDecision::Kind::kDirect, node, addr, {}};
+    login_ = owner_route(node, addr);
   }
   void set_placement_pending(bool pending) {
     std::lock_guard<std::mutex> l(mu_);
@@ -337,16 +338,26 @@ class FakeRouter final : public Router {
     return confirmed_;
   }
 
+  // How each session ended, as "reason client=ip:port queue=q owner=node message=m".
+  std::vector<std::string> ends() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return ends_;
+  }
+  std::vector<session::HeartBeatCheck> mismatches() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return mismatches_;
+  }
+
   void poll() override {}
-  RouteDecision route(const session::QueueKey& key, uint64_t) override {
+  session::Route route(const session::QueueKey& key, uint64_t) override {
     std::lock_guard<std::mutex> l(mu_);
     routed_.emplace_back(std::string(key.vhost), std::string(key.queue));
     return decision_;
   }
   // One login node: a second attempt finds none.
-  RouteDecision login_node(std::string_view, uint64_t, uint32_t attempt) override {
+  session::Route login_node(std::string_view, uint64_t, uint32_t attempt) override {
     std::lock_guard<std::mutex> l(mu_);
-    return attempt == 0 ? login_ : RouteDecision{};
+    return attempt == 0 ? login_ : session::Route{};
   }
   void confirm_placement(const session::QueueKey& key, uint32_t node) override {
     std::lock_guard<std::mutex> l(mu_);
@@ -360,14 +371,36 @@ class FakeRouter final : public Router {
   std::string_view node_name(uint32_t node) const override {
     return node == kOwnerNode ? "owner-a" : "unknown";
   }
+  void session_end(const session::SessionEnd& e) override {
+    const in_addr a{htonl(e.client_ip)};
+    char ip[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &a, ip, sizeof ip);
+    std::lock_guard<std::mutex> l(mu_);
+    ends_.push_back(std::string(e.reason) + " client=" + ip + ":" + std::to_string(e.client_port) +
+                    " queue=" + std::string(e.queue) + " owner=" +
+                    (e.node == session::kNoRouteNode ? "-" : std::string(node_name(e.node))) +
+                    " message=" + std::string(e.message));
+  }
+  void heart_beat_mismatch(uint32_t, session::HeartBeat, session::HeartBeat, session::HeartBeat,
+                           session::HeartBeatCheck check) override {
+    std::lock_guard<std::mutex> l(mu_);
+    mismatches_.push_back(check);
+  }
 
  private:
+  static session::Route owner_route(uint32_t node, sockaddr_in addr) {
+    return session::Route{
+        session::Route::Kind::kOwner, node, ntohl(addr.sin_addr.s_addr), ntohs(addr.sin_port), {}};
+  }
+
   mutable std::mutex mu_;
-  RouteDecision decision_;
+  session::Route decision_;
   std::vector<uint32_t> failed_;
   std::vector<std::pair<std::string, std::string>> routed_;
-  RouteDecision login_;
+  session::Route login_;
   std::vector<std::pair<std::string, uint32_t>> confirmed_;
+  std::vector<std::string> ends_;
+  std::vector<session::HeartBeatCheck> mismatches_;
   std::atomic<bool> owner_up_{false};
 };
 
@@ -1214,6 +1247,12 @@ TEST_P(UringEngineTest, OwnerErrorOnConnectIsForwardedAndBothSidesClose) {
   EXPECT_TRUE(wait_until(kWait, [&] { return active() == 0; }));
   EXPECT_EQ(counters().owner_error.load(), 1u);
   EXPECT_EQ(counters().spliced.load(), 0u);
+  // The router is told how the session ended, for its log line.
+  const std::vector<std::string> ends = router_.ends();
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(ends[0].rfind("owner_error client=127.0.0.1:", 0), 0u) << ends[0];
+  EXPECT_NE(ends[0].find(" queue=q1 owner=owner-a message=access refused"), std::string::npos)
+      << ends[0];
 }
 
 TEST_P(UringEngineTest, OwnerGarbageInsteadOfConnectedClosesWithError) {
@@ -1365,6 +1404,11 @@ TEST_P(UringEngineTest, RefusedRouteGetsErrorWithTheRoutersMessage) {
   EXPECT_EQ(header_of(*got, "message"), "no node for queue") << *got;
   EXPECT_EQ(c.wait_end(), Conn::End::kEof);
   EXPECT_EQ(counters().refused_route.load(), 1u);
+  ASSERT_TRUE(wait_until(kWait, [&] { return !router_.ends().empty(); }));
+  EXPECT_EQ(router_.ends()[0].rfind("route client=127.0.0.1:", 0), 0u) << router_.ends()[0];
+  EXPECT_NE(router_.ends()[0].find(" queue=q1 owner=- message=no node for queue"),
+            std::string::npos)
+      << router_.ends()[0];
 }
 
 // --- Limits ---------------------------------------------------------------------------------
@@ -1974,7 +2018,7 @@ TEST_P(UringEngineTest, LoginNodeThatNeverAnswersLeavesTheGatewayToAnswer) {
 
 TEST_P(UringEngineTest, CachedLoginIsAnsweredWithoutAskingANode) {
   config_ = session::SessionConfig::gateway_defaults();
-  struct OneLogin final : LoginCache {
+  struct OneLogin final : session::LoginCache {
     std::optional<std::string_view> find(std::string_view vhost,
                                          std::optional<std::string_view> login,
                                          std::optional<std::string_view>, Nanos) override {
@@ -2063,6 +2107,27 @@ TEST_P(UringEngineTest, PlacementsOverTheSourcesRateAreNotRecorded) {
 // Heart-beats the gateway keeps while it speaks for the session: 300 ms both ways.
 const std::string kBeatingConnect =
     frame("CONNECT", {{"accept-version", "1.2"}, {"host", "/"}, {"heart-beat", "300,300"}});
+
+TEST_P(UringEngineTest, OwnerHeartBeatsOtherThanToldAreReportedToTheRouter) {
+  config_.heartbeat_min_ms = 100;
+  config_.heartbeat_max_ms = session::SessionConfig::kHeartBeatMaxMs;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_direct(owner_.addr());
+  Conn c = client();
+  ASSERT_TRUE(c.send_all(kBeatingConnect + kSend));
+  std::optional<Conn> o = owner_.accept();
+  ASSERT_TRUE(o) << "the gateway did not connect to the owner";
+  std::optional<std::string> connect = o->read_frame();
+  ASSERT_TRUE(connect) << o->buffer();
+  EXPECT_NE(header_of(*connect, "heart-beat"), "0,0") << *connect;
+  // The client was told it gets heart-beats; this owner sends none: the client may give up
+  // on it, which is reported, and the session goes on.
+  ASSERT_TRUE(o->send_all(kOwnerConnected));
+  ASSERT_TRUE(wait_until(kWait, [&] { return !router_.mismatches().empty(); }));
+  EXPECT_EQ(router_.mismatches(),
+            std::vector<session::HeartBeatCheck>{session::HeartBeatCheck::kOwnerSlower});
+  EXPECT_TRUE(wait_until(kWait, [&] { return counters().splicing.load() == 1; }));
+}
 
 TEST_P(UringEngineTest, PreludeSendsHeartBeatsAndClosesAClientThatSendsNone) {
   config_.heartbeat_min_ms = 100;

@@ -99,7 +99,8 @@ std::vector<Lcore::FlowView> Lcore::flow_views(FlowListing& listing, size_t limi
     FlowView v;
     v.id = fl.id;
     v.client = fl.client.rx;
-    v.state = fl.state;
+    v.state = fl.to_spill && fl.state == FlowState::kSpliced ? "spill"
+                                                             : detail::flow_state_name(fl.state);
     v.node = fl.node;
     v.to_spill = fl.to_spill;
     const detail::FlowDestination& destination = destinations_[found[k].second];

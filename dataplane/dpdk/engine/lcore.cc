@@ -68,9 +68,11 @@ std::string LcoreConfig::validate() const {
   return session.validate();
 }
 
-Lcore::Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_t now_ns)
+Lcore::Lcore(const LcoreConfig& config, session::Router& router, FramePool& pool, uint64_t now_ns,
+             session::LoginCache* logins)
     : config_(config),
       router_(router),
+      logins_(logins),
       pool_(pool),
       cookies_(std::span<const uint8_t, splice::SynCookies::kKeyBytes>(config.cookie_key)),
       now_ns_(now_ns),

@@ -26,6 +26,7 @@
 #include "dataplane/session/owner_greeting.h"
 #include "dataplane/session/placement_budget.h"
 #include "dataplane/session/prelude.h"
+#include "dataplane/session/route.h"
 
 namespace sluice::dpdk::engine {
 
@@ -107,8 +108,10 @@ class Lcore final : public BurstHandler {
   // Client segments one binding flow holds until its splice (LcoreConfig::parked_frames_max
   // bounds them over the lcore).
   static constexpr uint32_t kParkedPerFlowMax = 8;
-  // `pool` makes the frames the lcore sends itself; `router` answers RESOLVE. Both outlive it.
-  Lcore(const LcoreConfig& config, Router& router, FramePool& pool, uint64_t now_ns);
+  // `pool` makes the frames the lcore sends itself; `router` answers RESOLVE; `logins` (null:
+  // every eager login check asks a node) caches what nodes accepted. All three outlive it.
+  Lcore(const LcoreConfig& config, session::Router& router, FramePool& pool, uint64_t now_ns,
+        session::LoginCache* logins = nullptr);
   ~Lcore() override;
 
   void burst(std::span<Frame*> rx, uint64_t now_ns) override;
@@ -139,7 +142,9 @@ class Lcore final : public BurstHandler {
   struct FlowView {
     uint64_t id = 0;     // unique on the lcore, from 1
     flow::Tuple client;  // as the client sends (client address and port first)
-    detail::FlowState state = detail::FlowState::kFree;
+    // As `sluicectl sessions` shows it: prelude, connecting, replay, spliced, closing, or spill
+    // (spliced to the spill listener).
+    std::string_view state;
     uint32_t node = UINT32_MAX;  // the owner's node (Router::route), UINT32_MAX before binding
     bool to_spill = false;       // bound to the spill listener rather than an owner
     std::string vhost;           // empty before binding
@@ -265,11 +270,11 @@ class Lcore final : public BurstHandler {
 
   // owner_leg.cc: bind, connect, replay, greeting
   void bind(Flow& fl);
-  void connect_to(Flow& fl, const Target& t);
+  void connect_to(Flow& fl, const session::Route& t);
   // The owner leg towards `t` from a free local port, ready for its SYN (nothing is counted
   // or sent).
   enum class LegOpen : uint8_t { kOpen, kNoRoute, kNoPort };
-  LegOpen open_owner_leg(Flow& fl, const Target& t);
+  LegOpen open_owner_leg(Flow& fl, const session::Route& t);
   void send_owner_syn(Flow& fl);
   // The owner's answer to the SYN: its SYN-ACK taken (the leg's options and sequence spaces
   // set), a RST refusing it, or anything else (dropped or answered). `f` is dropped.
@@ -324,7 +329,8 @@ class Lcore final : public BurstHandler {
   void after_fin_or_rst(Flow& fl, const net::Packet& p, uint32_t src_seq, bool from_client);
 
   const LcoreConfig config_;
-  Router& router_;
+  session::Router& router_;
+  session::LoginCache* logins_;  // null: every eager login check asks a node
   FramePool& pool_;
   splice::SynCookies cookies_;
   uint64_t now_ns_ = 0;

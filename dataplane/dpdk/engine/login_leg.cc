@@ -45,15 +45,18 @@ void Lcore::check_login(Flow& fl) {
   session::Prelude& p = *s.prelude;
   const std::string_view vhost = p.key().vhost;
   if (std::optional<std::string_view> server =
-          router_.login_cached(vhost, p.login(), p.passcode(), now_ns_)) {
+          logins_ != nullptr
+              ? logins_->find(vhost, p.login(), p.passcode(), session::Nanos(now_ns_))
+              : std::nullopt) {
     ++counters_.login_cached;
     (void)answer_login(fl, *server, true);
     return;
   }
-  const Target t = fl.login_attempts < kLoginAttemptsMax
-                       ? router_.login_node(vhost, tuples_.hash(fl.client.rx), fl.login_attempts++)
-                       : Target{};
-  if (t.kind != Target::Kind::kOwner || open_owner_leg(fl, t) != LegOpen::kOpen) {
+  const session::Route t =
+      fl.login_attempts < kLoginAttemptsMax
+          ? router_.login_node(vhost, tuples_.hash(fl.client.rx), fl.login_attempts++)
+          : session::Route{};
+  if (t.kind != session::Route::Kind::kOwner || open_owner_leg(fl, t) != LegOpen::kOpen) {
     // No node can check it now: the gateway answers, and the owner (or the spill session's
     // users file) checks the login when the session binds.
     ++counters_.login_unchecked;
@@ -177,7 +180,10 @@ void Lcore::login_answer(Flow& fl, const session::GreetingResult& r) {
       fl.o_snd_una = connect_end;
       if (!inject(fl, r.connected)) return;
       p.login_accepted(r.heart_beat);
-      router_.login_accepted(p.key().vhost, p.login(), p.passcode(), r.server, now_ns_);
+      if (logins_ != nullptr) {
+        logins_->remember(p.key().vhost, p.login(), p.passcode(), r.server,
+                          session::Nanos(now_ns_));
+      }
       fl.o_rcv_nxt = fl.owner_isn + 1 + uint32_t(r.consumed);
       send_to_owner(fl, Seg{fl.o_snd_nxt, fl.o_rcv_nxt, net::kAck, owner_window(fl)});
       // Anything after its CONNECTED is heart-beat EOLs (a node sends nothing else unasked).
@@ -203,7 +209,7 @@ void Lcore::login_answer(Flow& fl, const session::GreetingResult& r) {
         // The node refused the login (or the vhost): its ERROR, byte for byte, and close.
         ++counters_.login_refused;
         ++counters_.prelude_ends[size_t(session::PreludeEnd::kLoginRefused)];
-        router_.login_refused(p.key().vhost, p.login(), p.passcode());
+        if (logins_ != nullptr) logins_->forget(p.key().vhost, p.login(), p.passcode());
       } else {
         ++counters_.login_failed;
         ++counters_.owner_errors;
@@ -409,7 +415,7 @@ void Lcore::keep_held(Flow& fl, bool placement_pending) {
 }
 
 void Lcore::end_session(const Flow& fl, std::string_view reason, std::string_view message) {
-  SessionEnd e;
+  session::SessionEnd e;
   e.reason = reason;
   e.client_ip = fl.client.rx.src_ip;
   e.client_port = fl.client.rx.src_port;

@@ -21,8 +21,8 @@ constexpr uint64_t kArpWaitMs = 100;  // SYN retry while the next hop's MAC is u
 
 void Lcore::bind(Flow& fl) {
   Slot& s = *slots_[fl.slot];
-  const Target t = router_.route(s.prelude->key(), tuples_.hash(fl.client.rx));
-  if (t.kind == Target::Kind::kRefuse) {
+  const session::Route t = router_.route(s.prelude->key(), tuples_.hash(fl.client.rx));
+  if (t.kind == session::Route::Kind::kRefuse) {
     ++counters_.binds_refused;
     end_session(fl, "route", t.message);
     refuse(fl, t.message, "the destination cannot be routed");
@@ -35,9 +35,9 @@ void Lcore::bind(Flow& fl) {
   destination.queue.assign(key.queue);
   destination.login.assign(s.prelude->login().value_or(std::string_view()));
   destination.default_route = key.default_route;
-  destination.placement_pending = t.kind == Target::Kind::kOwner && t.placement_pending;
+  destination.placement_pending = t.kind == session::Route::Kind::kOwner && t.placement_pending;
   if (fl.login == detail::LoginLeg::kHeld) {
-    if (t.kind == Target::Kind::kOwner && t.node == fl.node) {
+    if (t.kind == session::Route::Kind::kOwner && t.node == fl.node) {
       keep_held(fl, destination.placement_pending);
       return;
     }
@@ -52,22 +52,24 @@ void Lcore::bind(Flow& fl) {
   fl.replay_seq = fl.client_isn + 1;
   const bool edited = fl.c2o.add(splice::SeqEdit{fl.client_isn + 1, connect_end, connect_bytes});
   SLUICE_ASSERT(edited);
-  if (t.kind == Target::Kind::kSpill) {
-    connect_to(fl,
-               Target{Target::Kind::kSpill, UINT32_MAX, config_.spill_ip, config_.spill_port, {}});
+  if (t.kind == session::Route::Kind::kSpill) {
+    connect_to(
+        fl,
+        session::Route{
+            session::Route::Kind::kSpill, UINT32_MAX, config_.spill_ip, config_.spill_port, {}});
     return;
   }
   connect_to(fl, t);
 }
 
-void Lcore::connect_to(Flow& fl, const Target& t) {
-  if (t.kind == Target::Kind::kSpill && config_.spill_ip == 0) {
+void Lcore::connect_to(Flow& fl, const session::Route& t) {
+  if (t.kind == session::Route::Kind::kSpill && config_.spill_ip == 0) {
     ++counters_.binds_refused;
     refuse(fl, "owner unavailable, retry later", "the owner is down and no spill is configured");
     return;
   }
   fl.node = t.node;
-  fl.to_spill = t.kind == Target::Kind::kSpill;
+  fl.to_spill = t.kind == session::Route::Kind::kSpill;
   switch (open_owner_leg(fl, t)) {
     case LegOpen::kOpen:
       break;
@@ -93,7 +95,7 @@ void Lcore::connect_to(Flow& fl, const Target& t) {
   send_owner_syn(fl);
 }
 
-Lcore::LegOpen Lcore::open_owner_leg(Flow& fl, const Target& t) {
+Lcore::LegOpen Lcore::open_owner_leg(Flow& fl, const session::Route& t) {
   const Route* route = route_for(t.ip);
   if (route == nullptr) {
     ++counters_.no_route;
@@ -150,8 +152,10 @@ void Lcore::owner_failed(Flow& fl, bool refused) {
   fl.rtx_at_ms = 0;
   if (!was_spill) {
     // DESIGN section 3, CONNECTING: the client sees no error; the session spills.
-    connect_to(fl,
-               Target{Target::Kind::kSpill, UINT32_MAX, config_.spill_ip, config_.spill_port, {}});
+    connect_to(
+        fl,
+        session::Route{
+            session::Route::Kind::kSpill, UINT32_MAX, config_.spill_ip, config_.spill_port, {}});
     return;
   }
   end_session(fl, "spill_unavailable", "neither the owner nor the spill listener answered");
