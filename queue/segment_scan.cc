@@ -80,6 +80,165 @@ bool all_zero(const uint8_t* p, size_t n) {
   return true;
 }
 
+// Reads and checks the segment header. False on an I/O error; an unusable header is marked
+// kBadHeader in `out`, and then no record is read.
+bool scan_header(Reader& rd, ScannedSegment* out, std::string* error) {
+  if (!rd.ensure(0, kSegmentHeaderBytes, error)) return false;
+  out->header_check =
+      decode_segment_header(std::span<const uint8_t>(rd.at(0), size_t(rd.avail(0))), &out->header);
+  if (out->header_check != HeaderCheck::kOk) {
+    out->end = SegmentEnd::kBadHeader;
+    out->damage = std::string(header_check_name(out->header_check));
+    out->damaged_bytes = out->file_bytes;
+  }
+  return true;
+}
+
+// Brings the record at `pos` into the window, all of it when its length fits there, and checks
+// it. False only on an I/O error.
+inline bool read_record(Reader& rd, uint64_t pos, RecordHeader* h, RecordCheck* check,
+                        std::string* error) {
+  if (!rd.ensure(pos, pos + kRecordHeaderBytes, error)) return false;
+  uint32_t length = 0;
+  if (rd.avail(pos) >= 4) std::memcpy(&length, rd.at(pos), 4);
+  // A length the window cannot hold is damage (it is far above any record this log writes).
+  if (length >= kRecordHeaderBytes && align_record(length) <= kWindowBytes &&
+      !rd.ensure(pos, pos + align_record(length), error))
+    return false;
+  *check = decode_record(std::span<const uint8_t>(rd.at(pos), size_t(rd.avail(pos))), h);
+  return true;
+}
+
+// What the records of one segment have established so far, as they are read in order: the
+// queue dictionary, the highest sequence number, and the messages (in `out`).
+struct RecordScan {
+  ScannedSegment& out;
+  std::unordered_map<uint32_t, uint32_t> ids;  // queue_id -> index in defines
+  uint64_t last_seq = 0;
+
+  void damaged(std::string why) {
+    out.end = SegmentEnd::kDamaged;
+    out.damage = std::move(why);
+  }
+  // Each takes one verified record; false when the scan ends at it (damage or the seal).
+  bool take(const RecordHeader& h, const uint8_t* payload, uint64_t pos);
+  bool take_define(const RecordHeader& h, const uint8_t* payload);
+  bool take_message(const RecordHeader& h, uint64_t pos);
+  bool take_seal(const RecordHeader& h, const uint8_t* payload);
+};
+
+inline bool RecordScan::take(const RecordHeader& h, const uint8_t* payload, uint64_t pos) {
+  if (h.type == RecordType::kDefineQueue) return take_define(h, payload);
+  if (h.type == RecordType::kMessage) return take_message(h, pos);
+  return take_seal(h, payload);
+}
+
+inline bool RecordScan::take_define(const RecordHeader& h, const uint8_t* payload) {
+  std::string vhost(reinterpret_cast<const char*>(payload), h.a_len);
+  std::string queue(reinterpret_cast<const char*>(payload) + h.a_len, h.b_len);
+  auto [it, fresh] = ids.try_emplace(h.queue_id, uint32_t(out.defines.size()));
+  if (fresh) {
+    out.defines.push_back({h.queue_id, std::move(vhost), std::move(queue)});
+  } else if (out.defines[it->second].vhost != vhost || out.defines[it->second].queue != queue) {
+    damaged("queue id " + std::to_string(h.queue_id) + " defined twice with different names");
+    return false;
+  }
+  return true;
+}
+
+inline bool RecordScan::take_message(const RecordHeader& h, uint64_t pos) {
+  auto it = ids.find(h.queue_id);
+  if (it == ids.end()) {
+    damaged("message for undefined queue id " + std::to_string(h.queue_id));
+    return false;
+  }
+  if (h.seq <= last_seq || h.seq < out.header.first_seq) {
+    damaged("sequence number " + std::to_string(h.seq) + " out of order");
+    return false;
+  }
+  last_seq = h.seq;
+  out.messages.push_back(
+      {h.seq, h.append_unix_ns, uint32_t(pos), uint32_t(align_record(h.length)), it->second});
+  return true;
+}
+
+inline bool RecordScan::take_seal(const RecordHeader& h, const uint8_t* payload) {
+  uint64_t count = 0;
+  if (h.a_len == kSealPayloadBytes) std::memcpy(&count, payload, 8);
+  if (h.a_len != kSealPayloadBytes || count != out.messages.size()) {
+    damaged("seal counts " + std::to_string(count) + " messages, the segment holds " +
+            std::to_string(out.messages.size()));
+    return false;
+  }
+  out.end = SegmentEnd::kSeal;
+  out.sealed_count = count;
+  return false;
+}
+
+// Reads the records after the header until the data ends (seal, end of file, unwritten space)
+// or a record fails its checks, and sets out->end and out->end_offset. False on an I/O error.
+bool scan_records(Reader& rd, ScannedSegment* out, std::string* error) {
+  RecordScan scan{*out, {}, 0};
+  uint64_t pos = kSegmentHeaderBytes;
+  for (;;) {
+    if (pos == rd.size()) {
+      out->end = SegmentEnd::kEof;
+      break;
+    }
+    RecordHeader h;
+    RecordCheck c;
+    if (!read_record(rd, pos, &h, &c, error)) return false;
+    if (c == RecordCheck::kZero) {
+      out->end = SegmentEnd::kZero;
+      break;
+    }
+    if (c != RecordCheck::kOk) {
+      scan.damaged(std::string(record_check_name(c)));
+      break;
+    }
+    if (!scan.take(h, rd.at(pos) + kRecordHeaderBytes, pos)) break;
+    pos += align_record(h.length);
+  }
+  out->end_offset = pos;
+  return true;
+}
+
+// After damage at out->end_offset: resynchronises on 8-byte boundaries to count intact records
+// beyond it, and finds where the non-zero data ends. Reads the rest of the file through the
+// same window. False on an I/O error.
+bool measure_damage(Reader& rd, ScannedSegment* out, std::string* error) {
+  const uint64_t pos = out->end_offset;
+  uint64_t p = pos + kRecordAlign;
+  uint64_t last_data = pos;
+  for (uint64_t chunk = pos; chunk < rd.size(); chunk += kZeroBlockBytes) {
+    const uint64_t end = std::min<uint64_t>(chunk + kZeroBlockBytes, rd.size());
+    if (!rd.ensure(chunk, end, error)) return false;
+    for (uint64_t q = chunk; q < end; ++q)
+      if (*rd.at(q) != 0) last_data = q + 1;
+  }
+  while (p + kRecordHeaderBytes <= rd.size()) {
+    if (!rd.ensure(p, p + kZeroBlockBytes, error)) return false;
+    if (p % kZeroBlockBytes == 0 &&
+        all_zero(rd.at(p), size_t(std::min<uint64_t>(kZeroBlockBytes, rd.avail(p)))))
+      break;
+    uint32_t length = 0;
+    std::memcpy(&length, rd.at(p), 4);
+    if (length >= kRecordHeaderBytes && align_record(length) <= kWindowBytes &&
+        !rd.ensure(p, p + align_record(length), error))
+      return false;
+    RecordHeader h;
+    if (decode_record(std::span<const uint8_t>(rd.at(p), size_t(rd.avail(p))), &h) ==
+        RecordCheck::kOk) {
+      if (h.type == RecordType::kMessage) ++out->damaged_records;
+      p += align_record(h.length);
+    } else {
+      p += kRecordAlign;
+    }
+  }
+  out->damaged_bytes = last_data > pos ? last_data - pos : 0;
+  return true;
+}
+
 }  // namespace
 
 std::string_view segment_end_name(SegmentEnd e) {
@@ -116,119 +275,10 @@ bool scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& window, ScannedSe
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   // The window holds the largest record the format allows in this file, and at least 4 MiB.
   Reader rd(fd, out->file_bytes, window);
-  if (!rd.ensure(0, kSegmentHeaderBytes, error)) return false;
-  out->header_check =
-      decode_segment_header(std::span<const uint8_t>(rd.at(0), size_t(rd.avail(0))), &out->header);
-  if (out->header_check != HeaderCheck::kOk) {
-    out->end = SegmentEnd::kBadHeader;
-    out->damage = std::string(header_check_name(out->header_check));
-    out->damaged_bytes = out->file_bytes;
-    return true;
-  }
-
-  std::unordered_map<uint32_t, uint32_t> ids;  // queue_id -> index in defines
-  uint64_t pos = kSegmentHeaderBytes;
-  uint64_t last_seq = 0;
-  auto damaged = [&](std::string why) {
-    out->end = SegmentEnd::kDamaged;
-    out->damage = std::move(why);
-  };
-  for (;;) {
-    if (pos == rd.size()) {
-      out->end = SegmentEnd::kEof;
-      break;
-    }
-    if (!rd.ensure(pos, pos + kRecordHeaderBytes, error)) return false;
-    uint32_t length = 0;
-    if (rd.avail(pos) >= 4) std::memcpy(&length, rd.at(pos), 4);
-    // A length the window cannot hold is damage (it is far above any record this log writes).
-    if (length >= kRecordHeaderBytes && align_record(length) <= kWindowBytes &&
-        !rd.ensure(pos, pos + align_record(length), error))
-      return false;
-    RecordHeader h;
-    const RecordCheck c =
-        decode_record(std::span<const uint8_t>(rd.at(pos), size_t(rd.avail(pos))), &h);
-    if (c == RecordCheck::kZero) {
-      out->end = SegmentEnd::kZero;
-      break;
-    }
-    if (c != RecordCheck::kOk) {
-      damaged(std::string(record_check_name(c)));
-      break;
-    }
-    const uint8_t* payload = rd.at(pos) + kRecordHeaderBytes;
-    if (h.type == RecordType::kDefineQueue) {
-      std::string vhost(reinterpret_cast<const char*>(payload), h.a_len);
-      std::string queue(reinterpret_cast<const char*>(payload) + h.a_len, h.b_len);
-      auto [it, fresh] = ids.try_emplace(h.queue_id, uint32_t(out->defines.size()));
-      if (fresh) {
-        out->defines.push_back({h.queue_id, std::move(vhost), std::move(queue)});
-      } else if (out->defines[it->second].vhost != vhost ||
-                 out->defines[it->second].queue != queue) {
-        damaged("queue id " + std::to_string(h.queue_id) + " defined twice with different names");
-        break;
-      }
-    } else if (h.type == RecordType::kMessage) {
-      auto it = ids.find(h.queue_id);
-      if (it == ids.end()) {
-        damaged("message for undefined queue id " + std::to_string(h.queue_id));
-        break;
-      }
-      if (h.seq <= last_seq || h.seq < out->header.first_seq) {
-        damaged("sequence number " + std::to_string(h.seq) + " out of order");
-        break;
-      }
-      last_seq = h.seq;
-      out->messages.push_back(
-          {h.seq, h.append_unix_ns, uint32_t(pos), uint32_t(align_record(h.length)), it->second});
-    } else {  // seal
-      uint64_t count = 0;
-      if (h.a_len == kSealPayloadBytes) std::memcpy(&count, payload, 8);
-      if (h.a_len != kSealPayloadBytes || count != out->messages.size()) {
-        damaged("seal counts " + std::to_string(count) + " messages, the segment holds " +
-                std::to_string(out->messages.size()));
-        break;
-      }
-      out->end = SegmentEnd::kSeal;
-      out->sealed_count = count;
-      break;
-    }
-    pos += align_record(h.length);
-  }
-  out->end_offset = pos;
-
-  if (out->end == SegmentEnd::kDamaged) {
-    // Resynchronise on 8-byte boundaries to count intact records beyond the damage, and find
-    // where the non-zero data ends. Reads the rest of the file through the same window.
-    uint64_t p = pos + kRecordAlign;
-    uint64_t last_data = pos;
-    for (uint64_t chunk = pos; chunk < rd.size(); chunk += kZeroBlockBytes) {
-      const uint64_t end = std::min<uint64_t>(chunk + kZeroBlockBytes, rd.size());
-      if (!rd.ensure(chunk, end, error)) return false;
-      for (uint64_t q = chunk; q < end; ++q)
-        if (*rd.at(q) != 0) last_data = q + 1;
-    }
-    while (p + kRecordHeaderBytes <= rd.size()) {
-      if (!rd.ensure(p, p + kZeroBlockBytes, error)) return false;
-      if (p % kZeroBlockBytes == 0 &&
-          all_zero(rd.at(p), size_t(std::min<uint64_t>(kZeroBlockBytes, rd.avail(p)))))
-        break;
-      uint32_t length = 0;
-      std::memcpy(&length, rd.at(p), 4);
-      if (length >= kRecordHeaderBytes && align_record(length) <= kWindowBytes &&
-          !rd.ensure(p, p + align_record(length), error))
-        return false;
-      RecordHeader h;
-      if (decode_record(std::span<const uint8_t>(rd.at(p), size_t(rd.avail(p))), &h) ==
-          RecordCheck::kOk) {
-        if (h.type == RecordType::kMessage) ++out->damaged_records;
-        p += align_record(h.length);
-      } else {
-        p += kRecordAlign;
-      }
-    }
-    out->damaged_bytes = last_data > pos ? last_data - pos : 0;
-  }
+  if (!scan_header(rd, out, error)) return false;
+  if (out->end == SegmentEnd::kBadHeader) return true;
+  if (!scan_records(rd, out, error)) return false;
+  if (out->end == SegmentEnd::kDamaged) return measure_damage(rd, out, error);
   return true;
 }
 

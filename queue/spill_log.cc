@@ -209,6 +209,139 @@ std::string validate(const SpillOptions& o) {
   return {};
 }
 
+// Creates the spill directory if needed and takes it for this process (DIR/lock).
+bool lock_spill_dir(LogState& s, std::string* error) {
+  const std::string& dir = s.opt.dir;
+  if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    *error = "cannot create spill directory " + dir + ": " + std::strerror(errno);
+    return false;
+  }
+  const std::string lock = dir + "/lock";
+  s.lock_fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (s.lock_fd < 0 || ::flock(s.lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    *error = "cannot lock " + lock + " (" + std::strerror(errno) +
+             "): is another sluiced using this spill directory?";
+    return false;
+  }
+  s.dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  return true;
+}
+
+// The queue index in `s` of each recovered queue name, each queue given its delivery cursor.
+std::vector<uint32_t> adopt_queues(LogState& s, const RecoveredLog& rec,
+                                   const CursorSnapshot& cursors) {
+  std::unordered_map<std::string, uint64_t> cursor_of;
+  for (const CursorEntry& c : cursors.entries) {
+    LogState::make_key(s.key, c.vhost, c.queue);
+    cursor_of[s.key] = c.delivered_seq;
+  }
+  std::vector<uint32_t> qmap(rec.queue_names.size());
+  for (size_t i = 0; i < rec.queue_names.size(); ++i) {
+    qmap[i] = s.queue_index(rec.queue_names[i].first, rec.queue_names[i].second);
+    auto it = cursor_of.find(s.key);
+    if (it != cursor_of.end()) s.queues[qmap[i]]->cursor = it->second;
+  }
+  return qmap;
+}
+
+// Takes over the recovered segments: messages at or below their queue's cursor are counted as
+// delivered, the rest rebuild the queues' backlogs. Returns the segments' bytes on disk.
+uint64_t adopt_segments(LogState& s, RecoveredLog& rec, const std::vector<uint32_t>& qmap,
+                        RecoveryReport* report) {
+  uint64_t disk = 0;
+  for (RecoveredSegment& rs : rec.segments) {
+    SegmentState seg;
+    seg.file = std::make_shared<SegmentFile>();
+    seg.file->number = rs.number;
+    seg.file->path = rs.path;
+    seg.file->fd = rs.fd;
+    seg.messages = rs.messages.size();
+    seg.last_seq = rs.messages.empty() ? 0 : rs.messages.back().seq;
+    seg.durable_end = seg.write_end = seg.disk_bytes = rs.file_bytes;
+    seg.sealed = true;  // recovery sealed the last one; new appends go to a new segment
+    disk += rs.file_bytes;
+    for (const ScannedMessage& m : rs.messages) {
+      const uint32_t qi = qmap[rs.queue_of_define[m.define]];
+      QueueState& q = *s.queues[qi];
+      q.last_segment = rs.number;
+      if (m.seq <= q.cursor) {
+        ++report->messages_delivered;
+        continue;
+      }
+      q.backlog.push_back({m.seq, m.append_unix_ns, rs.number, m.offset, m.bytes});
+      q.backlog_bytes += m.bytes;
+      ++seg.live;
+      ++report->messages;
+    }
+    s.segments.emplace(rs.number, std::move(seg));
+  }
+  return disk;
+}
+
+// Fully delivered segments go now (the cursor file that says so is already on disk); the
+// newest stays, its header carries the sequence high-water mark.
+void delete_delivered_segments(LogState& s, RecoveryReport* report) {
+  for (auto it = s.segments.begin(); it != s.segments.end();) {
+    auto next = std::next(it);
+    if (it->second.live == 0 && next != s.segments.end()) {
+      ++report->segments_deleted;
+      s.delete_segment_locked(it);
+    }
+    it = next;
+  }
+}
+
+// Counts the recovered backlogs into the report and the metrics, queues the backlog events,
+// and logs every issue and the summary.
+void report_recovery(LogState& s, RecoveryReport* report) {
+  uint64_t backlog = 0;
+  for (uint32_t qi = 0; qi < s.queues.size(); ++qi) {
+    if (!s.queues[qi]) continue;
+    backlog += s.queues[qi]->backlog.size();
+    if (!s.queues[qi]->backlog.empty()) ++report->queues;
+    s.note_backlog(qi);
+  }
+  s.metrics.backlog_messages.store(backlog, std::memory_order_relaxed);
+  s.metrics.recovered_messages.store(report->messages, std::memory_order_relaxed);
+  s.metrics.recovery_issues.store(report->issues.size(), std::memory_order_relaxed);
+  for (const RecoveryIssue& i : report->issues) {
+    const std::string seg = std::to_string(i.segment), off = std::to_string(i.offset),
+                      bytes = std::to_string(i.bytes), recs = std::to_string(i.records);
+    s.log_event(i.torn_tail ? LogSeverity::kWarn : LogSeverity::kError, "spill_recovery_skipped",
+                {{"file", i.path},
+                 {"offset", off},
+                 {"bytes", bytes},
+                 {"records", recs},
+                 {"reason", i.reason},
+                 {"kept_as", i.quarantined_as}});
+  }
+  s.log_event(LogSeverity::kInfo, "spill_recovered",
+              {{"dir", s.opt.dir},
+               {"segments", std::to_string(report->segments)},
+               {"messages", std::to_string(report->messages)},
+               {"issues", std::to_string(report->issues.size())}});
+}
+
+// The two batch buffers, sized for a direct write, and the block a direct batch repeats.
+void allocate_batches(LogState& s) {
+  const size_t record_need = define_record_bytes(kVhostBytesMax, kQueueBytesMax) +
+                             message_record_bytes(s.opt.record_bytes_max, 0) + kSealRecordBytes;
+  for (Batch& b : s.batches) {
+    // Room for a direct batch's lead and padding: a block on each side.
+    b.cap = (size_t(s.opt.batch_bytes_max) + record_need + 4095) & ~size_t(4095);
+    b.cap += 2 * kDirectBlockBytes;
+    b.buf = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlockBytes, b.cap));
+    b.entries.reserve(s.opt.batch_records_max);
+  }
+  s.tail_block = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlockBytes, kDirectBlockBytes));
+  // Registered once, so a direct write does not pin the batch's pages each time; without it
+  // (RLIMIT_MEMLOCK on older kernels) direct writes pin per write.
+  iovec iov[2];
+  for (int i = 0; i < 2; ++i)
+    iov[i] = {s.batches[i].buf, s.batches[i].cap};
+  s.buffers_registered = io_uring_register_buffers(&s.ring, iov, 2) == 0;
+}
+
 }  // namespace
 
 SpillLog::SpillLog(SpillOptions options)
@@ -254,18 +387,7 @@ std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* r
   std::unique_ptr<SpillLog> log(new SpillLog(std::move(options)));
   LogState& s = *log->st_;
   const std::string& dir = s.opt.dir;
-  if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    *error = "cannot create spill directory " + dir + ": " + std::strerror(errno);
-    return nullptr;
-  }
-  const std::string lock = dir + "/lock";
-  s.lock_fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (s.lock_fd < 0 || ::flock(s.lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    *error = "cannot lock " + lock + " (" + std::strerror(errno) +
-             "): is another sluiced using this spill directory?";
-    return nullptr;
-  }
-  s.dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (!lock_spill_dir(s, error)) return nullptr;
   CursorSnapshot cursors;
   if (std::string e = read_cursor_file(dir, &cursors); !e.empty()) {
     *error = e;
@@ -274,83 +396,13 @@ std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* r
   RecoveredLog rec;
   if (!recover_dir(s.opt, &rec, report, error)) return nullptr;
 
-  std::unordered_map<std::string, uint64_t> cursor_of;
-  for (const CursorEntry& c : cursors.entries) {
-    LogState::make_key(s.key, c.vhost, c.queue);
-    cursor_of[s.key] = c.delivered_seq;
-  }
-  std::vector<uint32_t> qmap(rec.queue_names.size());
-  for (size_t i = 0; i < rec.queue_names.size(); ++i) {
-    qmap[i] = s.queue_index(rec.queue_names[i].first, rec.queue_names[i].second);
-    auto it = cursor_of.find(s.key);
-    if (it != cursor_of.end()) s.queues[qmap[i]]->cursor = it->second;
-  }
-  uint64_t disk = 0;
-  for (RecoveredSegment& rs : rec.segments) {
-    SegmentState seg;
-    seg.file = std::make_shared<SegmentFile>();
-    seg.file->number = rs.number;
-    seg.file->path = rs.path;
-    seg.file->fd = rs.fd;
-    seg.messages = rs.messages.size();
-    seg.last_seq = rs.messages.empty() ? 0 : rs.messages.back().seq;
-    seg.durable_end = seg.write_end = seg.disk_bytes = rs.file_bytes;
-    seg.sealed = true;  // recovery sealed the last one; new appends go to a new segment
-    disk += rs.file_bytes;
-    for (const ScannedMessage& m : rs.messages) {
-      const uint32_t qi = qmap[rs.queue_of_define[m.define]];
-      QueueState& q = *s.queues[qi];
-      q.last_segment = rs.number;
-      if (m.seq <= q.cursor) {
-        ++report->messages_delivered;
-        continue;
-      }
-      q.backlog.push_back({m.seq, m.append_unix_ns, rs.number, m.offset, m.bytes});
-      q.backlog_bytes += m.bytes;
-      ++seg.live;
-      ++report->messages;
-    }
-    s.segments.emplace(rs.number, std::move(seg));
-  }
+  const std::vector<uint32_t> qmap = adopt_queues(s, rec, cursors);
+  const uint64_t disk = adopt_segments(s, rec, qmap, report);
   s.next_seq = std::max(rec.seq_max, cursors.seq_high) + 1;
   s.next_segment = rec.segment_max + 1;
   s.metrics.disk_bytes.store(disk, std::memory_order_relaxed);
-  // Fully delivered segments go now (the cursor file that says so is already on disk); the
-  // newest stays, its header carries the sequence high-water mark.
-  for (auto it = s.segments.begin(); it != s.segments.end();) {
-    auto next = std::next(it);
-    if (it->second.live == 0 && next != s.segments.end()) {
-      ++report->segments_deleted;
-      s.delete_segment_locked(it);
-    }
-    it = next;
-  }
-  uint64_t backlog = 0;
-  for (uint32_t qi = 0; qi < s.queues.size(); ++qi) {
-    if (!s.queues[qi]) continue;
-    backlog += s.queues[qi]->backlog.size();
-    if (!s.queues[qi]->backlog.empty()) ++report->queues;
-    s.note_backlog(qi);
-  }
-  s.metrics.backlog_messages.store(backlog, std::memory_order_relaxed);
-  s.metrics.recovered_messages.store(report->messages, std::memory_order_relaxed);
-  s.metrics.recovery_issues.store(report->issues.size(), std::memory_order_relaxed);
-  for (const RecoveryIssue& i : report->issues) {
-    const std::string seg = std::to_string(i.segment), off = std::to_string(i.offset),
-                      bytes = std::to_string(i.bytes), recs = std::to_string(i.records);
-    s.log_event(i.torn_tail ? LogSeverity::kWarn : LogSeverity::kError, "spill_recovery_skipped",
-                {{"file", i.path},
-                 {"offset", off},
-                 {"bytes", bytes},
-                 {"records", recs},
-                 {"reason", i.reason},
-                 {"kept_as", i.quarantined_as}});
-  }
-  s.log_event(LogSeverity::kInfo, "spill_recovered",
-              {{"dir", dir},
-               {"segments", std::to_string(report->segments)},
-               {"messages", std::to_string(report->messages)},
-               {"issues", std::to_string(report->issues.size())}});
+  delete_delivered_segments(s, report);
+  report_recovery(s, report);
   s.fire_events();
 
   if (int e = io_uring_queue_init(16, &s.ring, 0); e < 0) {
@@ -359,24 +411,7 @@ std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* r
   }
   s.ring_ok = true;
   log->wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
-  const size_t record_need = define_record_bytes(kVhostBytesMax, kQueueBytesMax) +
-                             message_record_bytes(s.opt.record_bytes_max, 0) + kSealRecordBytes;
-  for (Batch& b : s.batches) {
-    // Room for a direct batch's lead and padding: a block on each side.
-    b.cap = (size_t(s.opt.batch_bytes_max) + record_need + 4095) & ~size_t(4095);
-    b.cap += 2 * kDirectBlockBytes;
-    b.buf = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlockBytes, b.cap));
-    b.entries.reserve(s.opt.batch_records_max);
-  }
-  s.tail_block = static_cast<uint8_t*>(std::aligned_alloc(kDirectBlockBytes, kDirectBlockBytes));
-  {
-    // Registered once, so a direct write does not pin the batch's pages each time; without
-    // it (RLIMIT_MEMLOCK on older kernels) direct writes pin per write.
-    iovec iov[2];
-    for (int i = 0; i < 2; ++i)
-      iov[i] = {s.batches[i].buf, s.batches[i].cap};
-    s.buffers_registered = io_uring_register_buffers(&s.ring, iov, 2) == 0;
-  }
+  allocate_batches(s);
   s.touched.assign(s.opt.producers, 0);
   for (uint32_t i = 0; i < s.opt.producers; ++i)
     log->producers_.emplace_back(
