@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "tools/sluice-load/checker.h"
@@ -106,6 +107,112 @@ std::string validate(LoadOptions& o, const std::string& target, const std::strin
   return {};
 }
 
+// The load options CLI11 takes as text or as a flag; they are turned into LoadOptions after
+// parsing, so that each error names its option.
+struct LoadArguments {
+  std::string target = "127.0.0.1:61613";
+  std::string passcode_file;
+  std::string size = "256";
+  bool no_receipts = false;
+  std::string spread = "fixed";
+  std::string ack = "auto";
+  CLI::Option* passcode = nullptr;  // counted: --passcode and --passcode-file exclude each other
+};
+
+// The load run's options, in the order --help lists them.
+void add_load_options(CLI::App& app, LoadOptions& o, LoadArguments& a) {
+  app.add_option("--target", a.target, "broker or gateway address HOST:PORT")
+      ->capture_default_str();
+  app.add_option("--vhost", o.vhost, "virtual host (CONNECT host header)")->capture_default_str();
+  app.add_option("--login", o.login, "login");
+  a.passcode = app.add_option("--passcode", o.passcode, "passcode (visible in ps: prefer a file)");
+  app.add_option("--passcode-file", a.passcode_file, "file whose first line is the passcode");
+  app.add_option("-c,--connections", o.connections, "producer connections")->capture_default_str();
+  app.add_option("-p,--producers-per-connection", o.producers_per_connection)
+      ->capture_default_str();
+  app.add_option("--consumer-connections", o.consumer_connections)->capture_default_str();
+  app.add_option("--consumers-per-connection", o.consumers_per_connection)->capture_default_str();
+  app.add_option("-q,--queues", o.queues, "number of queues")->capture_default_str();
+  app.add_option("--queue-pattern", o.queue_pattern, "queue names; {i} is the index")
+      ->capture_default_str();
+  app.add_option("--destination-prefix", o.destination_prefix,
+                 "prefix of the destination header (/queue/, /amq/queue/, ...)")
+      ->capture_default_str();
+  app.add_option("--spread", a.spread, "producers over queues: fixed, round-robin, random")
+      ->capture_default_str();
+  app.add_option("-s,--size", a.size, "body size: 256, 4K, uniform:64-1K, exp:512")
+      ->capture_default_str();
+  app.add_option("-r,--rate", o.rate, "messages/s per producer; 0: unlimited")
+      ->capture_default_str();
+  app.add_option("-d,--duration", o.duration_s,
+                 "seconds of producing (default 10 without --count)");
+  app.add_option("-n,--count", o.count, "messages per producer; 0: until --duration ends");
+  app.add_flag("--no-receipts", a.no_receipts, "send without receipt headers");
+  app.add_option("-w,--window", o.window, "SENDs awaiting RECEIPT per producer")
+      ->capture_default_str();
+  app.add_option("--ack", a.ack, "consumer ack mode: auto, client, client-individual")
+      ->capture_default_str();
+  app.add_option("--prefetch", o.prefetch, "prefetch-count header on SUBSCRIBE; 0: none");
+  app.add_option("--new-session", o.session_messages,
+                 "new-session mode: each session connects, sends N messages per producer with "
+                 "receipts, disconnects");
+  app.add_option("--drain-timeout", o.drain_timeout_s,
+                 "seconds to wait for receipts and deliveries after producing")
+      ->capture_default_str();
+  app.add_option("--max-errors", o.max_errors, "errors tolerated before exiting non-zero")
+      ->capture_default_str();
+  app.add_flag("--json", o.json, "print the summary as JSON");
+  app.add_option("--interval", o.interval_s, "seconds between progress reports")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed for sizes and random spread")->capture_default_str();
+}
+
+CLI::App* add_serve_command(CLI::App& app, ServeOptions& s, std::string& listen) {
+  CLI::App* serve =
+      app.add_subcommand("serve", "a minimal STOMP sink for benchmarks, not a broker");
+  serve->add_option("--listen", listen, "address HOST:PORT")->capture_default_str();
+  serve->add_option("--connections-max", s.connections_max)->capture_default_str();
+  serve->add_option("--duration", s.duration_s, "seconds to run; 0: until a signal");
+  return serve;
+}
+
+// The serve command's options; nothing when they hold, else the error naming the option.
+std::optional<std::string> check_serve(ServeOptions& s, const std::string& listen) {
+  if (!parse_address(listen, &s.host, &s.port)) {
+    return "--listen: '" + listen + "' is not HOST:PORT with an IPv4 host";
+  }
+  if (s.connections_max == 0 || s.connections_max > Limits::kServeConnectionsMax) {
+    return "--connections-max: must be 1 to " + std::to_string(Limits::kServeConnectionsMax);
+  }
+  if (!(s.duration_s >= 0 && s.duration_s <= Limits::kDurationMax_s)) {
+    return "--duration: must be 0 to 86400 s";
+  }
+  return std::nullopt;
+}
+
+// --spread and --ack by name; nothing when both are known, else the error naming the option.
+std::optional<std::string> read_modes(LoadOptions& o, const LoadArguments& a) {
+  if (a.spread == "fixed") {
+    o.spread = Spread::kFixed;
+  } else if (a.spread == "round-robin") {
+    o.spread = Spread::kRoundRobin;
+  } else if (a.spread == "random") {
+    o.spread = Spread::kRandom;
+  } else {
+    return "--spread: '" + a.spread + "' is not fixed, round-robin or random";
+  }
+  if (a.ack == "auto") {
+    o.ack = AckMode::kAuto;
+  } else if (a.ack == "client") {
+    o.ack = AckMode::kClient;
+  } else if (a.ack == "client-individual") {
+    o.ack = AckMode::kClientIndividual;
+  } else {
+    return "--ack: '" + a.ack + "' is not auto, client or client-individual";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string LoadOptions::queue_name(uint32_t i) const {
@@ -155,59 +262,10 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       "sluice-load: STOMP producers and consumers that check order, loss and duplicates, and "
       "report throughput and latency.\n`sluice-load serve`: a STOMP sink for benchmarks."};
   app.set_help_all_flag("--help-all");
-  std::string target = "127.0.0.1:61613", passcode_file, size = "256";
-  bool no_receipts = false;
-  std::string spread = "fixed", ack = "auto";
-  app.add_option("--target", target, "broker or gateway address HOST:PORT")->capture_default_str();
-  app.add_option("--vhost", o.vhost, "virtual host (CONNECT host header)")->capture_default_str();
-  app.add_option("--login", o.login, "login");
-  auto* pass = app.add_option("--passcode", o.passcode, "passcode (visible in ps: prefer a file)");
-  app.add_option("--passcode-file", passcode_file, "file whose first line is the passcode");
-  app.add_option("-c,--connections", o.connections, "producer connections")->capture_default_str();
-  app.add_option("-p,--producers-per-connection", o.producers_per_connection)
-      ->capture_default_str();
-  app.add_option("--consumer-connections", o.consumer_connections)->capture_default_str();
-  app.add_option("--consumers-per-connection", o.consumers_per_connection)->capture_default_str();
-  app.add_option("-q,--queues", o.queues, "number of queues")->capture_default_str();
-  app.add_option("--queue-pattern", o.queue_pattern, "queue names; {i} is the index")
-      ->capture_default_str();
-  app.add_option("--destination-prefix", o.destination_prefix,
-                 "prefix of the destination header (/queue/, /amq/queue/, ...)")
-      ->capture_default_str();
-  app.add_option("--spread", spread, "producers over queues: fixed, round-robin, random")
-      ->capture_default_str();
-  app.add_option("-s,--size", size, "body size: 256, 4K, uniform:64-1K, exp:512")
-      ->capture_default_str();
-  app.add_option("-r,--rate", o.rate, "messages/s per producer; 0: unlimited")
-      ->capture_default_str();
-  app.add_option("-d,--duration", o.duration_s,
-                 "seconds of producing (default 10 without --count)");
-  app.add_option("-n,--count", o.count, "messages per producer; 0: until --duration ends");
-  app.add_flag("--no-receipts", no_receipts, "send without receipt headers");
-  app.add_option("-w,--window", o.window, "SENDs awaiting RECEIPT per producer")
-      ->capture_default_str();
-  app.add_option("--ack", ack, "consumer ack mode: auto, client, client-individual")
-      ->capture_default_str();
-  app.add_option("--prefetch", o.prefetch, "prefetch-count header on SUBSCRIBE; 0: none");
-  app.add_option("--new-session", o.session_messages,
-                 "new-session mode: each session connects, sends N messages per producer with "
-                 "receipts, disconnects");
-  app.add_option("--drain-timeout", o.drain_timeout_s,
-                 "seconds to wait for receipts and deliveries after producing")
-      ->capture_default_str();
-  app.add_option("--max-errors", o.max_errors, "errors tolerated before exiting non-zero")
-      ->capture_default_str();
-  app.add_flag("--json", o.json, "print the summary as JSON");
-  app.add_option("--interval", o.interval_s, "seconds between progress reports")
-      ->capture_default_str();
-  app.add_option("--seed", o.seed, "seed for sizes and random spread")->capture_default_str();
-
-  CLI::App* serve =
-      app.add_subcommand("serve", "a minimal STOMP sink for benchmarks, not a broker");
+  LoadArguments load_args;
+  add_load_options(app, o, load_args);
   std::string listen = "127.0.0.1:61613";
-  serve->add_option("--listen", listen, "address HOST:PORT")->capture_default_str();
-  serve->add_option("--connections-max", cl.serve.connections_max)->capture_default_str();
-  serve->add_option("--duration", cl.serve.duration_s, "seconds to run; 0: until a signal");
+  CLI::App* serve = add_serve_command(app, cl.serve, listen);
 
   std::vector<std::string> argv_strings{"sluice-load"};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
@@ -229,44 +287,20 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     return cl;
   }
   if (serve->parsed()) {
-    if (!parse_address(listen, &cl.serve.host, &cl.serve.port)) {
-      cl.message = "--listen: '" + listen + "' is not HOST:PORT with an IPv4 host";
-      return cl;
-    }
-    if (cl.serve.connections_max == 0 || cl.serve.connections_max > Limits::kServeConnectionsMax) {
-      cl.message =
-          "--connections-max: must be 1 to " + std::to_string(Limits::kServeConnectionsMax);
-      return cl;
-    }
-    if (!(cl.serve.duration_s >= 0 && cl.serve.duration_s <= Limits::kDurationMax_s)) {
-      cl.message = "--duration: must be 0 to 86400 s";
+    if (auto error = check_serve(cl.serve, listen)) {
+      cl.message = *error;
       return cl;
     }
     cl.action = CommandLine::Action::kServe;
     return cl;
   }
-  o.receipts = !no_receipts;
-  if (spread == "fixed") {
-    o.spread = Spread::kFixed;
-  } else if (spread == "round-robin") {
-    o.spread = Spread::kRoundRobin;
-  } else if (spread == "random") {
-    o.spread = Spread::kRandom;
-  } else {
-    cl.message = "--spread: '" + spread + "' is not fixed, round-robin or random";
+  o.receipts = !load_args.no_receipts;
+  if (auto error = read_modes(o, load_args)) {
+    cl.message = *error;
     return cl;
   }
-  if (ack == "auto") {
-    o.ack = AckMode::kAuto;
-  } else if (ack == "client") {
-    o.ack = AckMode::kClient;
-  } else if (ack == "client-individual") {
-    o.ack = AckMode::kClientIndividual;
-  } else {
-    cl.message = "--ack: '" + ack + "' is not auto, client or client-individual";
-    return cl;
-  }
-  cl.message = validate(o, target, passcode_file, size, pass->count() > 0);
+  cl.message = validate(o, load_args.target, load_args.passcode_file, load_args.size,
+                        load_args.passcode->count() > 0);
   if (cl.message.empty()) cl.action = CommandLine::Action::kLoad;
   return cl;
 }

@@ -102,19 +102,29 @@ sluice::control::AdminEndpoint endpoint(const std::string& tcp, const std::strin
   return e;
 }
 
-int run_command_line(int argc, char** argv) {
-  CLI::App app{"sluicectl: the command line client of sluiced's admin API", "sluicectl"};
-  app.footer(kFooter);
-  app.require_subcommand(1);
-  // Global options may also follow the command: `sluicectl nodes --json`.
-  app.fallthrough();
-
+// What the command line gave: the global options, each command's arguments, and the command to
+// run. The commands' callbacks refer to it, so it stays where it is until the command ran.
+struct Invocation {
   Options options;
   std::string socket_path;
   std::string tcp;
+  // Each command sets what runs once the whole command line parsed.
+  std::function<int()> run;
+  std::string node_name;
+  QueuesQuery query;
+  std::string vhost, queue_name, pin_node;
+  std::string key, value;
+  std::string spill_vhost = "/";
+  bool purge_yes = false;
+  uint32_t sessions_limit = 0;
+  UserAddOptions user_add_opts;
+  std::string user_name, users_file;
+};
+
+void add_global_options(CLI::App& app, Invocation& in) {
   CLI::Option* socket_opt = app.add_option(
-      "--socket", socket_path, "the admin API's Unix socket (sluiced's [admin] socket)");
-  app.add_option("--tcp", tcp, "use the admin API on loopback TCP instead: HOST:PORT")
+      "--socket", in.socket_path, "the admin API's Unix socket (sluiced's [admin] socket)");
+  app.add_option("--tcp", in.tcp, "use the admin API on loopback TCP instead: HOST:PORT")
       ->excludes(socket_opt)
       ->check(CLI::Validator(
           [](std::string& s) {
@@ -123,22 +133,15 @@ int run_command_line(int argc, char** argv) {
             return e == nullptr ? std::string() : *e;
           },
           "HOST:PORT"));
-  app.add_flag("--json", options.json, "print the API's JSON (pretty) instead of tables");
-  app.add_option("--timeout-ms", options.timeout_ms, "time one call may take, connect included")
+  app.add_flag("--json", in.options.json, "print the API's JSON (pretty) instead of tables");
+  app.add_option("--timeout-ms", in.options.timeout_ms, "time one call may take, connect included")
       ->check(CLI::Range(uint32_t(1), kTimeoutMsMax))
       ->capture_default_str();
+}
 
-  // Each command sets what runs once the whole command line parsed.
-  std::function<int()> run;
-
-  app.add_subcommand("status", "gateway summary: nodes up, queues by source, feed, log level")
-      ->callback([&] { run = [&] { return status(options); }; });
-  app.add_subcommand("nodes", "broker nodes: address, weight, admin and health state, probes")
-      ->callback([&] { run = [&] { return nodes(options); }; });
-
+void add_node_command(CLI::App& app, Invocation& in) {
   CLI::App* node = app.add_subcommand("node", "change a node's admin state");
   node->require_subcommand(1);
-  std::string node_name;
   struct StateCommand {
     const char* state;
     const char* what;
@@ -150,124 +153,166 @@ int run_command_line(int argc, char** argv) {
   };
   for (const auto& [state, what] : kStates) {
     CLI::App* sub = node->add_subcommand(state, what);
-    sub->add_option("NAME", node_name, "node name ([[nodes]] name)")->required();
-    sub->callback([&, s = state] { run = [&, s] { return node_admin(options, node_name, s); }; });
+    sub->add_option("NAME", in.node_name, "node name ([[nodes]] name)")->required();
+    sub->callback([&in, s = state] {
+      in.run = [&in, s] { return node_admin(in.options, in.node_name, s); };
+    });
   }
+}
 
-  QueuesQuery query;
+void add_queues_command(CLI::App& app, Invocation& in) {
   CLI::App* queues_cmd =
       app.add_subcommand("queues", "queues in the ownership table and their owner");
-  queues_cmd->add_option("--vhost", query.vhost, "only this virtual host");
-  queues_cmd->add_option("--source", query.source, "only queues whose owner comes from this source")
+  queues_cmd->add_option("--vhost", in.query.vhost, "only this virtual host");
+  queues_cmd
+      ->add_option("--source", in.query.source, "only queues whose owner comes from this source")
       ->check(CLI::IsMember({"pinned", "learned", "placed"}));
-  queues_cmd->add_option("--limit", query.limit, "show at most N queues")
+  queues_cmd->add_option("--limit", in.query.limit, "show at most N queues")
       ->check(CLI::Range(uint32_t(1), std::numeric_limits<uint32_t>::max()));
-  queues_cmd->callback([&] { run = [&] { return queues(options, query); }; });
+  queues_cmd->callback([&in] { in.run = [&in] { return queues(in.options, in.query); }; });
+}
 
+void add_queue_command(CLI::App& app, Invocation& in) {
   CLI::App* queue = app.add_subcommand("queue", "show, pin or unpin one queue");
   queue->require_subcommand(1);
-  std::string vhost, queue_name, pin_node;
   CLI::App* show = queue->add_subcommand("show", "the queue's owner and each source's node");
-  show->add_option("VHOST", vhost, "virtual host, e.g. /")->required();
-  show->add_option("QUEUE", queue_name, "queue name")->required();
-  show->callback([&] { run = [&] { return queue_show(options, vhost, queue_name); }; });
+  show->add_option("VHOST", in.vhost, "virtual host, e.g. /")->required();
+  show->add_option("QUEUE", in.queue_name, "queue name")->required();
+  show->callback(
+      [&in] { in.run = [&in] { return queue_show(in.options, in.vhost, in.queue_name); }; });
   CLI::App* pin = queue->add_subcommand("pin", "send the queue to NODE whatever placement says");
-  pin->add_option("VHOST", vhost, "virtual host, e.g. /")->required();
-  pin->add_option("QUEUE", queue_name, "queue name")->required();
-  pin->add_option("NODE", pin_node, "node name")->required();
-  pin->callback([&] { run = [&] { return queue_pin(options, vhost, queue_name, pin_node); }; });
+  pin->add_option("VHOST", in.vhost, "virtual host, e.g. /")->required();
+  pin->add_option("QUEUE", in.queue_name, "queue name")->required();
+  pin->add_option("NODE", in.pin_node, "node name")->required();
+  pin->callback([&in] {
+    in.run = [&in] { return queue_pin(in.options, in.vhost, in.queue_name, in.pin_node); };
+  });
   CLI::App* unpin = queue->add_subcommand("unpin", "remove the queue's pin");
-  unpin->add_option("VHOST", vhost, "virtual host, e.g. /")->required();
-  unpin->add_option("QUEUE", queue_name, "queue name")->required();
-  unpin->callback([&] { run = [&] { return queue_unpin(options, vhost, queue_name); }; });
+  unpin->add_option("VHOST", in.vhost, "virtual host, e.g. /")->required();
+  unpin->add_option("QUEUE", in.queue_name, "queue name")->required();
+  unpin->callback(
+      [&in] { in.run = [&in] { return queue_unpin(in.options, in.vhost, in.queue_name); }; });
+}
 
-  std::string key, value;
+// set and get: the run-time settings.
+void add_setting_commands(CLI::App& app, Invocation& in) {
   CLI::App* set = app.add_subcommand("set", "change a run-time setting (see `sluicectl get`)");
-  set->add_option("KEY", key, "setting, e.g. log_level or health.interval_ms")->required();
-  set->add_option("VALUE", value, "new value")->required();
-  set->callback([&] { run = [&] { return set_setting(options, key, value); }; });
+  set->add_option("KEY", in.key, "setting, e.g. log_level or health.interval_ms")->required();
+  set->add_option("VALUE", in.value, "new value")->required();
+  set->callback([&in] { in.run = [&in] { return set_setting(in.options, in.key, in.value); }; });
   CLI::App* get = app.add_subcommand("get", "one run-time setting, or all of them");
-  CLI::Option* get_key = get->add_option("KEY", key, "setting; every setting when left out");
-  get->callback([&] {
-    run = [&, get_key] {
-      return get_setting(options, get_key->count() > 0 ? std::optional(key) : std::nullopt);
+  CLI::Option* get_key = get->add_option("KEY", in.key, "setting; every setting when left out");
+  get->callback([&in, get_key] {
+    in.run = [&in, get_key] {
+      return get_setting(in.options, get_key->count() > 0 ? std::optional(in.key) : std::nullopt);
     };
   });
+}
 
+void add_spill_command(CLI::App& app, Invocation& in) {
   CLI::App* spill_cmd = app.add_subcommand(
       "spill", "spill log backlog per queue: messages, bytes, age, owner, state");
   spill_cmd->require_subcommand(0, 1);
-  std::string spill_vhost = "/";
-  bool purge_yes = false;
   CLI::App* drain =
       spill_cmd->add_subcommand("drain", "try to deliver the queue's backlog now (no backoff)");
-  drain->add_option("QUEUE", queue_name, "queue name")->required();
-  drain->add_option("--vhost", spill_vhost, "virtual host")->capture_default_str();
-  drain->callback([&] { run = [&] { return spill_drain(options, spill_vhost, queue_name); }; });
+  drain->add_option("QUEUE", in.queue_name, "queue name")->required();
+  drain->add_option("--vhost", in.spill_vhost, "virtual host")->capture_default_str();
+  drain->callback(
+      [&in] { in.run = [&in] { return spill_drain(in.options, in.spill_vhost, in.queue_name); }; });
   CLI::App* purge = spill_cmd->add_subcommand(
       "purge", "drop the queue's spilled messages for good (needs --yes; logged)");
-  purge->add_option("QUEUE", queue_name, "queue name")->required();
-  purge->add_option("--vhost", spill_vhost, "virtual host")->capture_default_str();
-  purge->add_flag("--yes", purge_yes, "yes, drop them");
-  purge->callback([&] {
-    run = [&] {
-      if (!purge_yes) {
+  purge->add_option("QUEUE", in.queue_name, "queue name")->required();
+  purge->add_option("--vhost", in.spill_vhost, "virtual host")->capture_default_str();
+  purge->add_flag("--yes", in.purge_yes, "yes, drop them");
+  purge->callback([&in] {
+    in.run = [&in] {
+      if (!in.purge_yes) {
         return fail(kExitUsage, "spill purge drops the queue's messages for good: add --yes");
       }
-      return spill_purge(options, spill_vhost, queue_name);
+      return spill_purge(in.options, in.spill_vhost, in.queue_name);
     };
   });
-  spill_cmd->callback([&] {
-    if (spill_cmd->get_subcommands().empty()) run = [&] { return spill(options); };
+  spill_cmd->callback([&in, spill_cmd] {
+    if (spill_cmd->get_subcommands().empty()) in.run = [&in] { return spill(in.options); };
   });
+}
 
-  uint32_t sessions_limit = 0;
+void add_sessions_command(CLI::App& app, Invocation& in) {
   CLI::App* sessions_cmd = app.add_subcommand(
       "sessions", "the dataplane's sessions: worker, client, queue, owner, state, bytes, age");
-  sessions_cmd->add_option("--limit", sessions_limit, "show at most N sessions (default 1000)")
+  sessions_cmd->add_option("--limit", in.sessions_limit, "show at most N sessions (default 1000)")
       ->check(CLI::Range(uint32_t(1), std::numeric_limits<uint32_t>::max()));
-  sessions_cmd->callback([&] { run = [&] { return sessions(options, sessions_limit); }; });
+  sessions_cmd->callback(
+      [&in] { in.run = [&in] { return sessions(in.options, in.sessions_limit); }; });
+}
 
-  // The spill sessions' users file, edited here without sluiced (gateway/README.md "Spill users
-  // file"); only --json of the global options applies.
+// The spill sessions' users file, edited here without sluiced (gateway/README.md "Spill users
+// file"); only --json of the global options applies.
+void add_user_command(CLI::App& app, Invocation& in) {
   CLI::App* user_cmd = app.add_subcommand(
       "user", "spill session users: add, remove, list (edits the users file; no sluiced needed)");
   user_cmd->require_subcommand(1);
-  UserAddOptions user_add_opts;
-  std::string user_name, users_file;
+  UserAddOptions& add = in.user_add_opts;
   CLI::App* user_add_cmd = user_cmd->add_subcommand(
       "add", "add a user; passcode from --password-file, else the first line of stdin");
-  user_add_cmd->add_option("NAME", user_add_opts.name, "1 to 255 of A-Z a-z 0-9 . _ @ -")
-      ->required();
+  user_add_cmd->add_option("NAME", add.name, "1 to 255 of A-Z a-z 0-9 . _ @ -")->required();
   user_add_cmd
-      ->add_option("--users-file", user_add_opts.users_file,
+      ->add_option("--users-file", add.users_file,
                    "the users file ([spill] users_file); created when missing")
       ->required();
-  user_add_cmd->add_option("--password-file", user_add_opts.password_file,
+  user_add_cmd->add_option("--password-file", add.password_file,
                            "file whose first line is the passcode");
   user_add_cmd
-      ->add_option("--allow", user_add_opts.allows,
+      ->add_option("--allow", add.allows,
                    "VHOST:QUEUE the user may spill to; VHOST or QUEUE '*' for any, QUEUE 'x*' a "
                    "prefix; repeat for more")
       ->allow_extra_args(false);
-  user_add_cmd->add_flag("--replace", user_add_opts.replace,
+  user_add_cmd->add_flag("--replace", add.replace,
                          "change an existing user: new passcode, and new rules given --allow");
-  user_add_cmd->callback([&] { run = [&] { return user_add(user_add_opts); }; });
+  user_add_cmd->callback([&in] { in.run = [&in] { return user_add(in.user_add_opts); }; });
   CLI::App* user_remove_cmd =
       user_cmd->add_subcommand("remove", "remove a user and its allow rules");
-  user_remove_cmd->add_option("NAME", user_name, "user name")->required();
-  user_remove_cmd->add_option("--users-file", users_file, "the users file")->required();
-  user_remove_cmd->callback([&] { run = [&] { return user_remove(users_file, user_name); }; });
+  user_remove_cmd->add_option("NAME", in.user_name, "user name")->required();
+  user_remove_cmd->add_option("--users-file", in.users_file, "the users file")->required();
+  user_remove_cmd->callback(
+      [&in] { in.run = [&in] { return user_remove(in.users_file, in.user_name); }; });
   CLI::App* user_list_cmd =
       user_cmd->add_subcommand("list", "users and their allow rules (never the hashes)");
-  user_list_cmd->add_option("--users-file", users_file, "the users file")->required();
-  user_list_cmd->callback([&] { run = [&] { return user_list(options, users_file); }; });
+  user_list_cmd->add_option("--users-file", in.users_file, "the users file")->required();
+  user_list_cmd->callback(
+      [&in] { in.run = [&in] { return user_list(in.options, in.users_file); }; });
+}
 
+// Every command, in the order --help lists them.
+void add_commands(CLI::App& app, Invocation& in) {
+  app.add_subcommand("status", "gateway summary: nodes up, queues by source, feed, log level")
+      ->callback([&in] { in.run = [&in] { return status(in.options); }; });
+  app.add_subcommand("nodes", "broker nodes: address, weight, admin and health state, probes")
+      ->callback([&in] { in.run = [&in] { return nodes(in.options); }; });
+  add_node_command(app, in);
+  add_queues_command(app, in);
+  add_queue_command(app, in);
+  add_setting_commands(app, in);
+  add_spill_command(app, in);
+  add_sessions_command(app, in);
+  add_user_command(app, in);
   app.add_subcommand("metrics", "Prometheus metrics, as sluiced exposes them on GET /metrics")
-      ->callback([&] { run = [&] { return metrics(options); }; });
-  app.add_subcommand("reload", "re-read sluiced's config file, as SIGHUP does")->callback([&] {
-    run = [&] { return reload(options); };
+      ->callback([&in] { in.run = [&in] { return metrics(in.options); }; });
+  app.add_subcommand("reload", "re-read sluiced's config file, as SIGHUP does")->callback([&in] {
+    in.run = [&in] { return reload(in.options); };
   });
+}
+
+int run_command_line(int argc, char** argv) {
+  CLI::App app{"sluicectl: the command line client of sluiced's admin API", "sluicectl"};
+  app.footer(kFooter);
+  app.require_subcommand(1);
+  // Global options may also follow the command: `sluicectl nodes --json`.
+  app.fallthrough();
+
+  Invocation in;
+  add_global_options(app, in);
+  add_commands(app, in);
 
   try {
     app.parse(argc, argv);
@@ -275,10 +320,10 @@ int run_command_line(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help prints and succeeds
     return fail(kExitUsage, usage_error(app, e));
   }
-  if (!run) return fail(kExitUsage, "no command given (run 'sluicectl --help' for usage)");
+  if (!in.run) return fail(kExitUsage, "no command given (run 'sluicectl --help' for usage)");
 
-  options.endpoint = endpoint(tcp, socket_path);
-  const int code = run();
+  in.options.endpoint = endpoint(in.tcp, in.socket_path);
+  const int code = in.run();
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
     return fail(kExitDaemonError, std::string("cannot write the output: ") + std::strerror(errno));
   }
