@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <span>
 #include <thread>
 
 #include "control/log.h"
@@ -316,25 +317,32 @@ control::DataplaneStatus DpdkEngine::status() const {
   return s;
 }
 
-std::string DpdkEngine::metrics_text() const {
-  Snapshot n;
-  {
-    std::lock_guard lock(impl_->mutex);
-    n = impl_->snapshot;
-  }
-  const engine::LcoreCounters& k = n.counters;
-  Families f;
+namespace {
+
+// A counter family of one sample, as most of the lcore's counters are.
+struct CounterRow {
+  const char* name;
+  const char* help;
+  uint64_t value;
+};
+
+void counter_families(Families& f, std::span<const CounterRow> rows) {
+  for (const CounterRow& c : rows)
+    f.one(c.name, "counter", c.help, double(c.value));
+}
+
+void flow_gauges(Families& f, const Snapshot& n) {
   f.one("sluice_dpdk_flows", "gauge", "Flows on the DPDK engine's lcores, every state.", n.flows);
   f.one("sluice_dpdk_prelude_flows", "gauge", "Flows in the prelude or binding.", n.prelude_flows);
   f.one("sluice_dpdk_lingering_flows", "gauge",
         "Flows that ended and wait for stragglers (fin_timeout_ms, reset_linger_ms).",
         n.lingering_flows);
-  // The engine's counters, each a family of one sample.
-  const struct {
-    const char* name;
-    const char* help;
-    uint64_t value;
-  } counters[] = {
+}
+
+// Frames, handshakes, binds and placements; tx drops are the ports' and the lcore's tx array's.
+void traffic_counters(Families& f, const Snapshot& n) {
+  const engine::LcoreCounters& k = n.counters;
+  const CounterRow rows[] = {
       {"sluice_dpdk_rx_frames_total", "Frames received.", k.rx_frames},
       {"sluice_dpdk_tx_frames_total", "Frames sent.", k.tx_frames},
       {"sluice_dpdk_tx_dropped_total", "Frames a port's tx ring refused.",
@@ -351,6 +359,13 @@ std::string DpdkEngine::metrics_text() const {
        "Placements not recorded: the client address placed "
        "placement.placements_per_source_per_minute new queues this minute.",
        k.placements_rate_limited},
+  };
+  counter_families(f, rows);
+}
+
+// What the lcore does while it speaks for a session: heart-beats and the login check.
+void login_counters(Families& f, const engine::LcoreCounters& k) {
+  const CounterRow rows[] = {
       {"sluice_dpdk_heartbeats_sent_total",
        "Heart-beat EOLs the gateway sent for sessions it speaks for (to clients, and to the "
        "login check's held connections).",
@@ -377,6 +392,13 @@ std::string DpdkEngine::metrics_text() const {
       {"sluice_dpdk_login_conn_closed_total",
        "Login check connections closed (another owner, a spill, or the node spoke).",
        k.login_conn_closed},
+  };
+  counter_families(f, rows);
+}
+
+// The life of flows and of their segments: fast paths, parking, expiry, resets, drops.
+void flow_counters(Families& f, const engine::LcoreCounters& k) {
+  const CounterRow rows[] = {
       {"sluice_dpdk_ack_storm_drops_total", "Repeated pure ACKs cut.", k.ack_storm_drops},
       {"sluice_dpdk_established_path_total",
        "Segments of spliced flows rewritten without the general parse and dispatch.",
@@ -416,8 +438,11 @@ std::string DpdkEngine::metrics_text() const {
       {"sluice_dpdk_local_ports_exhausted_total",
        "Owner legs without a free local address and port.", k.local_ports_exhausted},
   };
-  for (const auto& c : counters)
-    f.one(c.name, "counter", c.help, double(c.value));
+  counter_families(f, rows);
+}
+
+// The families with a label: prelude ends and parser refusals by reason, bytes by direction.
+void labelled_families(Families& f, const engine::LcoreCounters& k) {
   f.family("sluice_dpdk_prelude_ends_total", "counter",
            "Preludes the gateway ended itself, by reason.");
   for (size_t r = 0; r < k.prelude_ends.size(); ++r) {
@@ -435,6 +460,22 @@ std::string DpdkEngine::metrics_text() const {
              std::string("reason=\"") + dpdk::net::reason_name(dpdk::net::Reason(r)) + "\"",
              double(k.rx_invalid[r]));
   }
+}
+
+}  // namespace
+
+std::string DpdkEngine::metrics_text() const {
+  Snapshot n;
+  {
+    std::lock_guard lock(impl_->mutex);
+    n = impl_->snapshot;
+  }
+  Families f;
+  flow_gauges(f, n);
+  traffic_counters(f, n);
+  login_counters(f, n.counters);
+  flow_counters(f, n.counters);
+  labelled_families(f, n.counters);
   return f.take();
 }
 

@@ -53,98 +53,111 @@ control::SessionTotals EngineAdmin::totals() {
   return t;
 }
 
-std::string EngineAdmin::metrics_text() {
-  Families f;
-  const size_t n = engine_.worker_count();
-  auto per_worker = [&](const char* name, const char* type, const char* help,
-                        const std::atomic<uint64_t> uring::WorkerCounters::*field) {
-    f.family(name, type, help);
-    for (size_t w = 0; w < n; ++w)
-      f.sample(name, "worker=\"" + std::to_string(w) + "\"",
-               double(get(engine_.counters(w).*field)));
-  };
-  using C = uring::WorkerCounters;
-  per_worker("sluice_sessions_accepted_total", "counter", "Client connections accepted.",
+namespace {
+
+using C = uring::WorkerCounters;
+using Field = const std::atomic<uint64_t> C::*;
+
+// A family with one sample per worker, labelled by the worker's number.
+void per_worker(Families& f, const uring::Engine& engine, const char* name, const char* type,
+                const char* help, Field field) {
+  f.family(name, type, help);
+  for (size_t w = 0; w < engine.worker_count(); ++w)
+    f.sample(name, "worker=\"" + std::to_string(w) + "\"", double(get(engine.counters(w).*field)));
+}
+
+// The families of the workers' counters and gauges, one sample per worker.
+void worker_families(Families& f, const uring::Engine& e) {
+  per_worker(f, e, "sluice_sessions_accepted_total", "counter", "Client connections accepted.",
              &C::accepted);
-  per_worker("sluice_sessions_active", "gauge", "Sessions open, every state.", &C::active);
-  per_worker("sluice_sessions_prelude", "gauge", "Sessions in prelude.", &C::prelude);
-  per_worker("sluice_sessions_spliced", "gauge", "Sessions spliced to their owner.", &C::splicing);
-  per_worker("sluice_sessions_spill", "gauge", "Sessions served from the spill log.", &C::spilling);
-  per_worker("sluice_sessions_spliced_total", "counter", "Sessions that reached the splice.",
+  per_worker(f, e, "sluice_sessions_active", "gauge", "Sessions open, every state.", &C::active);
+  per_worker(f, e, "sluice_sessions_prelude", "gauge", "Sessions in prelude.", &C::prelude);
+  per_worker(f, e, "sluice_sessions_spliced", "gauge", "Sessions spliced to their owner.",
+             &C::splicing);
+  per_worker(f, e, "sluice_sessions_spill", "gauge", "Sessions served from the spill log.",
+             &C::spilling);
+  per_worker(f, e, "sluice_sessions_spliced_total", "counter", "Sessions that reached the splice.",
              &C::spliced);
-  per_worker("sluice_sessions_spilled_total", "counter", "Sessions that became spill sessions.",
-             &C::spilled);
-  per_worker("sluice_owner_connect_failures_total", "counter",
+  per_worker(f, e, "sluice_sessions_spilled_total", "counter",
+             "Sessions that became spill sessions.", &C::spilled);
+  per_worker(f, e, "sluice_owner_connect_failures_total", "counter",
              "Connects to an owner refused or timed out (passive health reports).",
              &C::connect_failed);
-  per_worker("sluice_owner_errors_total", "counter",
+  per_worker(f, e, "sluice_owner_errors_total", "counter",
              "Replays the owner answered with ERROR (forwarded to the client).", &C::owner_error);
-  per_worker("sluice_owner_protocol_errors_total", "counter",
+  per_worker(f, e, "sluice_owner_protocol_errors_total", "counter",
              "Owners that answered the replay with something other than CONNECTED or closed.",
              &C::owner_protocol);
-  per_worker("sluice_owner_timeouts_total", "counter",
+  per_worker(f, e, "sluice_owner_timeouts_total", "counter",
              "Owners that did not answer the replay within connect_timeout_ms.", &C::owner_timeout);
-  per_worker("sluice_splice_resets_total", "counter",
+  per_worker(f, e, "sluice_splice_resets_total", "counter",
              "Spliced sessions ended by a reset or socket error.", &C::resets);
-  per_worker("sluice_splice_bytes_in_total", "counter", "Bytes spliced client to owner.",
+  per_worker(f, e, "sluice_splice_bytes_in_total", "counter", "Bytes spliced client to owner.",
              &C::bytes_in);
-  per_worker("sluice_splice_bytes_out_total", "counter", "Bytes spliced owner to client.",
+  per_worker(f, e, "sluice_splice_bytes_out_total", "counter", "Bytes spliced owner to client.",
              &C::bytes_out);
-  per_worker("sluice_splice_pipes_grown_total", "counter",
+  per_worker(f, e, "sluice_splice_pipes_grown_total", "counter",
              "Splice pipes grown to limits.pipe_bytes_max for a stream that filled one.",
              &C::pipes_grown);
-  per_worker("sluice_splice_grown_pipes", "gauge",
+  per_worker(f, e, "sluice_splice_grown_pipes", "gauge",
              "Grown splice pipes held, in use or kept for the next stream.", &C::grown_pipes);
-  per_worker("sluice_splice_parks_total", "counter",
+  per_worker(f, e, "sluice_splice_parks_total", "counter",
              "Idle spliced sessions whose descriptors went to the ring's fixed-file table.",
              &C::parks);
-  per_worker("sluice_splice_unparks_total", "counter",
+  per_worker(f, e, "sluice_splice_unparks_total", "counter",
              "Parked sessions that got their descriptors back when bytes arrived.", &C::unparks);
-  per_worker("sluice_splice_unpark_failed_total", "counter",
+  per_worker(f, e, "sluice_splice_unpark_failed_total", "counter",
              "Parked sessions closed because their descriptors could not come back (EMFILE).",
              &C::unpark_failed);
-  per_worker("sluice_splice_parked", "gauge", "Spliced sessions parked now.", &C::parked);
-  per_worker("sluice_spill_session_appends_total", "counter",
+  per_worker(f, e, "sluice_splice_parked", "gauge", "Spliced sessions parked now.", &C::parked);
+  per_worker(f, e, "sluice_spill_session_appends_total", "counter",
              "SENDs of spill sessions handed to the spill log.", &C::appends);
-  per_worker("sluice_spill_session_appends_busy_total", "counter",
+  per_worker(f, e, "sluice_spill_session_appends_busy_total", "counter",
              "Appends held back because the spill log's ring was full.", &C::appends_busy);
-  per_worker("sluice_header_tables", "gauge",
+  per_worker(f, e, "sluice_header_tables", "gauge",
              "Header tables the prelude slots hold (made on a slot's first use, then reused).",
              &C::header_tables);
+}
 
-  // A counter summed over the workers.
-  auto total = [&](auto&& pick) {
-    uint64_t sum = 0;
-    for (size_t w = 0; w < n; ++w)
-      sum += get(pick(engine_.counters(w)));
-    return double(sum);
-  };
+// A counter summed over the workers; `pick` chooses it among a worker's counters.
+template <typename Pick>
+double sum_over_workers(const uring::Engine& engine, Pick&& pick) {
+  uint64_t sum = 0;
+  for (size_t w = 0; w < engine.worker_count(); ++w)
+    sum += get(pick(engine.counters(w)));
+  return double(sum);
+}
+
+double total(const uring::Engine& engine, Field field) {
+  return sum_over_workers(engine,
+                          [field](const C& c) -> const std::atomic<uint64_t>& { return c.*field; });
+}
+
+// Sessions refused, by reason, summed over the workers.
+void refused_family(Families& f, const uring::Engine& e) {
   f.family("sluice_sessions_refused_total", "counter",
            "Sessions refused at accept or routing, by reason.");
-  const std::pair<const char*, const std::atomic<uint64_t> C::*> refused[] = {
-      {"sessions_max", &C::refused_sessions_max},
-      {"per_source", &C::refused_per_source},
-      {"prelude_max", &C::refused_prelude_max},
-      {"spill_max", &C::refused_spill_max},
-      {"route", &C::refused_route},
-      {"stopping", &C::refused_stopping}};
-  for (const auto& r : refused) {
-    const auto field = r.second;  // a plain local: clang before 16 cannot capture a binding
-    f.sample("sluice_sessions_refused_total", std::string("reason=\"") + r.first + "\"",
-             total([&](const C& c) -> const std::atomic<uint64_t>& { return c.*field; }));
-  }
-  // Families with one label besides none: summed over the workers.
-  auto by_result =
-      [&](const char* name, const char* help,
-          std::initializer_list<std::pair<const char*, const std::atomic<uint64_t> C::*>> results) {
-        f.family(name, "counter", help);
-        for (const auto& r : results) {
-          const auto field = r.second;
-          f.sample(name, std::string("result=\"") + r.first + "\"",
-                   total([&](const C& c) -> const std::atomic<uint64_t>& { return c.*field; }));
-        }
-      };
-  by_result("sluice_login_checks_total",
+  const std::pair<const char*, Field> refused[] = {{"sessions_max", &C::refused_sessions_max},
+                                                   {"per_source", &C::refused_per_source},
+                                                   {"prelude_max", &C::refused_prelude_max},
+                                                   {"spill_max", &C::refused_spill_max},
+                                                   {"route", &C::refused_route},
+                                                   {"stopping", &C::refused_stopping}};
+  for (const auto& [reason, field] : refused)
+    f.sample("sluice_sessions_refused_total", std::string("reason=\"") + reason + "\"",
+             total(e, field));
+}
+
+// A counter family labelled by result, each result summed over the workers.
+void by_result(Families& f, const uring::Engine& e, const char* name, const char* help,
+               std::initializer_list<std::pair<const char*, Field>> results) {
+  f.family(name, "counter", help);
+  for (const auto& [result, field] : results)
+    f.sample(name, std::string("result=\"") + result + "\"", total(e, field));
+}
+
+void login_and_heartbeat_families(Families& f, const uring::Engine& e) {
+  by_result(f, e, "sluice_login_checks_total",
             "CONNECTs answered: by a node (accepted, refused), by the gateway because the node "
             "failed or none could check, or from the login cache.",
             {{"accepted", &C::login_accepted},
@@ -152,42 +165,58 @@ std::string EngineAdmin::metrics_text() {
              {"failed", &C::login_failed},
              {"unchecked", &C::login_unchecked},
              {"cached", &C::login_cached}});
-  by_result("sluice_login_connections_total",
+  by_result(f, e, "sluice_login_connections_total",
             "Login check connections kept as the owner's connection or closed.",
             {{"kept", &C::login_conn_kept}, {"closed", &C::login_conn_closed}});
   by_result(
-      "sluice_heartbeat_mismatches_total",
+      f, e, "sluice_heartbeat_mismatches_total",
       "Owners whose heart-beat answer differs from what the client was told: refused "
       "(the owner would drop the client) or allowed (logged).",
       {{"refused", &C::heartbeat_mismatch_refused}, {"allowed", &C::heartbeat_mismatch_allowed}});
-  f.family("sluice_heartbeats_sent_total", "counter",
-           "Heart-beat EOLs the gateway sent to clients while it spoke for their sessions.");
-  f.sample("sluice_heartbeats_sent_total", "",
-           total([&](const C& c) -> const std::atomic<uint64_t>& { return c.heartbeats_sent; }));
-  f.family("sluice_placements_rate_limited_total", "counter",
-           "Placements not recorded: the client address placed "
-           "placement.placements_per_source_per_minute new queues this minute.");
-  f.sample(
-      "sluice_placements_rate_limited_total", "",
-      total([&](const C& c) -> const std::atomic<uint64_t>& { return c.placements_rate_limited; }));
-  f.family("sluice_placements_confirmed_total", "counter",
-           "Placements recorded after the owner accepted the session's login.");
-  f.sample(
-      "sluice_placements_confirmed_total", "",
-      total([&](const C& c) -> const std::atomic<uint64_t>& { return c.placements_confirmed; }));
+  f.one("sluice_heartbeats_sent_total", "counter",
+        "Heart-beat EOLs the gateway sent to clients while it spoke for their sessions.",
+        total(e, &C::heartbeats_sent));
+}
+
+void placement_families(Families& f, const uring::Engine& e) {
+  f.one("sluice_placements_rate_limited_total", "counter",
+        "Placements not recorded: the client address placed "
+        "placement.placements_per_source_per_minute new queues this minute.",
+        total(e, &C::placements_rate_limited));
+  f.one("sluice_placements_confirmed_total", "counter",
+        "Placements recorded after the owner accepted the session's login.",
+        total(e, &C::placements_confirmed));
+}
+
+// Why preludes and spill sessions ended, by reason, summed over the workers.
+void end_families(Families& f, const uring::Engine& e) {
   f.family("sluice_prelude_ends_total", "counter",
            "Preludes that ended without a destination, by reason (none: the client left).");
-  for (size_t e = 0; e < session::kPreludeEndCount; ++e) {
+  for (size_t r = 0; r < session::kPreludeEndCount; ++r) {
     f.sample("sluice_prelude_ends_total",
-             "reason=\"" + std::string(session::prelude_end_name(session::PreludeEnd(e))) + "\"",
-             total([&](const C& c) -> const std::atomic<uint64_t>& { return c.prelude_end[e]; }));
+             "reason=\"" + std::string(session::prelude_end_name(session::PreludeEnd(r))) + "\"",
+             sum_over_workers(
+                 e, [r](const C& c) -> const std::atomic<uint64_t>& { return c.prelude_end[r]; }));
   }
+  // SpillEnd 0 is no ending, so it has no sample.
   f.family("sluice_spill_session_ends_total", "counter", "Spill sessions ended, by reason.");
-  for (size_t e = 1; e < session::kSpillEndCount; ++e) {
+  for (size_t r = 1; r < session::kSpillEndCount; ++r) {
     f.sample("sluice_spill_session_ends_total",
-             "reason=\"" + std::string(session::spill_end_name(session::SpillEnd(e))) + "\"",
-             total([&](const C& c) -> const std::atomic<uint64_t>& { return c.spill_end[e]; }));
+             "reason=\"" + std::string(session::spill_end_name(session::SpillEnd(r))) + "\"",
+             sum_over_workers(
+                 e, [r](const C& c) -> const std::atomic<uint64_t>& { return c.spill_end[r]; }));
   }
+}
+
+}  // namespace
+
+std::string EngineAdmin::metrics_text() {
+  Families f;
+  worker_families(f, engine_);
+  refused_family(f, engine_);
+  login_and_heartbeat_families(f, engine_);
+  placement_families(f, engine_);
+  end_families(f, engine_);
   return f.take();
 }
 

@@ -22,6 +22,7 @@
 #include "control/config.h"
 #include "control/control.h"
 #include "control/log.h"
+#include "control/router.h"
 #include "dataplane/uring/engine.h"
 #include "gateway/engine_admin.h"
 #ifdef SLUICE_HAVE_DPDK
@@ -131,222 +132,324 @@ int check_config(const std::string& path) {
   return 0;
 }
 
+// Why the start stopped: the exit code and the message fail() prints.
+struct StartError {
+  int code;
+  std::string message;
+};
+
+// Creates the state directory and the admin socket's directory.
+std::optional<std::string> ensure_dirs(const GatewayConfig& config) {
+  if (auto e = ensure_dir(config.state_dir, "gateway.state_dir")) return e;
+  const std::string socket_dir = std::filesystem::path(config.admin_socket).parent_path();
+  if (!socket_dir.empty()) {
+    if (auto e = ensure_dir(socket_dir, "admin.socket")) return e;
+  }
+  return std::nullopt;
+}
+
+// What sluiced runs, made by run()'s steps in the order of the members below. Members are
+// destroyed in the reverse order, on a failed start as on a clean stop: the signal set and the
+// admin server first, then the engines, their workers' parts, the spill log, control and the
+// io_context.
+class Daemon {
+ public:
+  Daemon(const std::string& path, GatewayConfig config, Secrets secrets)
+      : path_(path), config_(std::move(config)), secrets_(std::move(secrets)) {}
+
+  // Control with its state file, then the spill log (its recovery too).
+  std::optional<StartError> open_control();
+  // The node directory, the users file and one part of each kind per io_uring worker.
+  std::optional<StartError> open_workers();
+  // The io_uring engine and, in DPDK mode, the DPDK engine in front of it.
+  std::optional<StartError> open_engines();
+  void set_live_hook();
+  std::optional<StartError> open_admin();
+  void start();
+  // Serves until SIGTERM or SIGINT; SIGHUP reloads.
+  void run_until_signal();
+  void stop();
+
+ private:
+  std::optional<std::string> apply_live(const Control::LiveSettings& l);
+  std::optional<std::string> reload();
+  void wait_for_signal();
+  void on_signal(const boost::system::error_code& ec, int signo);
+  void log_started();
+
+  const std::string& path_;
+  // The config sluiced started with; control holds the running one.
+  const GatewayConfig config_;
+  const Secrets secrets_;
+  boost::asio::io_context io_{1};
+  std::optional<Control> control_;
+  std::unique_ptr<sluice::gateway::SpillService> spill_;
+  sluice::control::NodeDirectory directory_;
+  // Every worker's SpillAuth follows this; a reload reads the users file again into it.
+  std::shared_ptr<sluice::gateway::UsersSource> users_source_;
+  std::vector<std::unique_ptr<sluice::control::ReplicaRouter>> routers_;
+  std::vector<std::unique_ptr<sluice::gateway::ProducerSink>> sinks_;
+  std::vector<std::unique_ptr<sluice::gateway::SpillAuth>> auths_;
+  std::vector<std::unique_ptr<sluice::gateway::LoginCache>> logins_;
+  std::vector<sluice::uring::WorkerParts> parts_;
+  // The io_uring engine's session settings: its workers keep a reference to them.
+  sluice::session::SessionConfig engine_session_;
+  std::unique_ptr<sluice::uring::Engine> engine_;
+  std::optional<sluice::gateway::EngineAdmin> engine_admin_;
+  SessionsAdmin* sessions_admin_ = nullptr;
+#ifdef SLUICE_HAVE_DPDK
+  std::unique_ptr<sluice::gateway::DpdkEngine> dpdk_;
+  std::unique_ptr<sluice::gateway::DpdkAdmin> dpdk_admin_;
+#endif
+  std::optional<AdminApi> api_;
+  std::optional<AdminServer> admin_;
+  // Lives until run() returns: while the engines stop, another SIGTERM is caught, not fatal.
+  std::optional<boost::asio::signal_set> signals_;
+};
+
+std::optional<StartError> Daemon::open_control() {
+  control_.emplace(io_, config_, secrets_);
+  if (auto e = control_->load_state()) return StartError{kExitStartFailed, *e};
+
+  raise_fd_limit(config_.sessions_max, config_.spill.max_bytes, config_.spill.segment_bytes);
+  // Recovery runs here, before anything takes traffic; a log that cannot be used stops the start.
+  if (auto e = ensure_dir(config_.spill_dir(), "spill.dir")) {
+    return StartError{kExitStartFailed, *e};
+  }
+  std::string spill_error;
+  spill_ = sluice::gateway::SpillService::open(config_, secrets_, *control_, io_, &spill_error);
+  if (!spill_) return StartError{kExitStartFailed, spill_error};
+  return std::nullopt;
+}
+
+std::optional<StartError> Daemon::open_workers() {
+  if (auto e = directory_.set(config_.nodes)) return StartError{kExitStartFailed, *e};
+  std::shared_ptr<const sluice::gateway::UsersFile> users;
+  if (!config_.spill.users_file.empty()) {
+    auto loaded_users = sluice::gateway::UsersFile::load(config_.spill.users_file);
+    if (auto* e = std::get_if<std::string>(&loaded_users)) {
+      return StartError{kExitBadConfig, "spill.users_file: " + *e};
+    }
+    users = std::get<std::shared_ptr<const sluice::gateway::UsersFile>>(loaded_users);
+  }
+  users_source_ = std::make_shared<sluice::gateway::UsersSource>(users);
+  for (uint32_t i = 0; i < config_.workers; ++i) {
+    routers_.push_back(std::make_unique<sluice::control::ReplicaRouter>(
+        control_->attach_worker(), directory_, "uring" + std::to_string(i)));
+    sinks_.push_back(std::make_unique<sluice::gateway::ProducerSink>(spill_->log().producer(i)));
+    auths_.push_back(
+        std::make_unique<sluice::gateway::SpillAuth>(users_source_, config_.spill.allow_anonymous));
+    logins_.push_back(std::make_unique<sluice::gateway::LoginCache>(config_.login_cache_ms));
+    parts_.push_back(
+        {routers_.back().get(), sinks_.back().get(), auths_.back().get(), logins_.back().get()});
+  }
+  return std::nullopt;
+}
+
+std::optional<StartError> Daemon::open_engines() {
+  std::string engine_error;
+  engine_session_ = config_.session;
+  if (config_.engine == EngineKind::kDpdk) {
+    // The spill listener behind the DPDK engine answers the lcore's replay itself (the lcore
+    // strips that CONNECTED); spill sessions keep the spill's own authentication.
+    engine_session_.login_check = sluice::session::LoginCheck::kDeferred;
+  }
+  engine_ = sluice::uring::Engine::open(engine_options(config_), engine_session_, parts_,
+                                        log_from_engine, &engine_error);
+  if (!engine_) return StartError{kExitStartFailed, "engine: " + engine_error};
+  engine_admin_.emplace(*engine_);
+  sessions_admin_ = &*engine_admin_;
+#ifdef SLUICE_HAVE_DPDK
+  if (config_.engine == EngineKind::kDpdk) {
+    std::string dpdk_error;
+    dpdk_ = sluice::gateway::DpdkEngine::open(config_, control_->attach_worker(), directory_,
+                                              &dpdk_error);
+    if (!dpdk_) return StartError{kExitStartFailed, dpdk_error};
+    dpdk_admin_ = std::make_unique<sluice::gateway::DpdkAdmin>(*engine_admin_, *dpdk_,
+                                                               uint32_t(engine_->worker_count()));
+    sessions_admin_ = dpdk_admin_.get();
+  }
+#else
+  if (config_.engine == EngineKind::kDpdk) {
+    return StartError{kExitBadConfig,
+                      "gateway.engine = \"dpdk\": this sluiced was built without DPDK"};
+  }
+#endif
+  return std::nullopt;
+}
+
+// Live settings set at run time or by a reload: limits.* reach the io_uring engine's workers
+// (in DPDK mode, the spill listener's; the lcore's flow limits are dpdk.*, fixed at start),
+// spill.max_bytes and spill.queue_*_max the spill log and drain.rate_per_second the drainer.
+// Control's ranges keep every value within the narrower types.
+void Daemon::set_live_hook() {
+  control_->set_live_hook([this](const Control::LiveSettings& l) { return apply_live(l); });
+}
+
+std::optional<std::string> Daemon::apply_live(const Control::LiveSettings& l) {
+  const uint32_t connect_timeout_at_start = config_.connect_timeout_ms;
+  if (config_.engine == EngineKind::kDpdk && l.connect_timeout_ms != connect_timeout_at_start) {
+    return "limits.connect_timeout_ms: the DPDK engine's lcore keeps the value it started "
+           "with (" +
+           std::to_string(connect_timeout_at_start) + "); restart to change it";
+  }
+  if (auto e =
+          engine_->set_limits({uint32_t(l.sessions_max), uint32_t(l.sessions_per_source_max),
+                               uint32_t(l.prelude_sessions_max), uint32_t(l.connect_timeout_ms)})) {
+    return e;
+  }
+  if (auto e = spill_->set_tuning(l.spill_max_bytes, l.spill_queue_messages_max,
+                                  l.spill_queue_bytes_max, uint32_t(l.drain_rate_per_second))) {
+    return e;
+  }
+  // Room for the descriptors of a spill log that may now hold more segments.
+  raise_fd_limit(config_.sessions_max, l.spill_max_bytes, config_.spill.segment_bytes);
+  return std::nullopt;
+}
+
+// Reads the config file again, as SIGHUP and the admin API ask; the error, or nullopt when
+// applied.
+std::optional<std::string> Daemon::reload() {
+  sd_notify(0, "RELOADING=1");
+  auto next = load(path_);
+  std::optional<std::string> error;
+  if (auto* e = std::get_if<std::string>(&next)) {
+    error = *e + " (the running config stays)";
+    control_->reload_failed(*error);
+  } else {
+    // The users file the gateway started with is read again (another path needs a restart:
+    // control names spill.users_file among the keys that do); one that does not load refuses
+    // the whole reload, as a config file that does not load does.
+    const std::string& users_path = config_.spill.users_file;
+    std::shared_ptr<const sluice::gateway::UsersFile> reread;
+    if (!users_path.empty()) {
+      auto reloaded = sluice::gateway::UsersFile::load(users_path);
+      if (auto* bad = std::get_if<std::string>(&reloaded)) {
+        error = "spill.users_file: " + *bad + " (the running config stays)";
+        control_->reload_failed(*error);
+        sd_notify(0, "READY=1");
+        return error;
+      }
+      reread = std::get<std::shared_ptr<const sluice::gateway::UsersFile>>(reloaded);
+    }
+    auto [c, s] = std::move(std::get<0>(next));
+    std::vector<std::string> restart_keys;
+    error = control_->reload(std::move(c), std::move(s), &restart_keys);
+    if (error) {
+      control_->reload_failed(*error);
+    } else {
+      if (reread) {
+        log_event(LogLevel::kInfo, "users_file_reloaded",
+                  {{"path", users_path}, {"users", std::to_string(reread->users().size())}});
+        users_source_->set(std::move(reread));
+      }
+      spill_->set_nodes(control_->config().nodes);
+      if (auto bad = directory_.set(control_->config().nodes)) {
+        log_event(LogLevel::kError, "reload_nodes", {{"error", *bad}});
+      }
+    }
+  }
+  sd_notify(0, "READY=1");
+  return error;
+}
+
+// The admin API on its unix socket and, when configured, on TCP.
+std::optional<StartError> Daemon::open_admin() {
+  api_.emplace(*control_, [this] { return reload(); });
+  api_->set_spill(spill_.get());
+  api_->set_sessions(sessions_admin_);
+  admin_.emplace(io_, [this](const AdminRequest& r) { return api_->handle(r); });
+  if (auto e = admin_->listen_unix(config_.admin_socket)) {
+    return StartError{kExitStartFailed, "admin.socket: " + *e};
+  }
+  if (config_.admin_tcp) {
+    if (auto e = admin_->listen_tcp(config_.admin_tcp->host, config_.admin_tcp->port)) {
+      return StartError{kExitStartFailed, "admin.tcp: " + *e};
+    }
+  }
+  return std::nullopt;
+}
+
+void Daemon::start() {
+  control_->start();
+  spill_->start();
+  engine_->start();
+#ifdef SLUICE_HAVE_DPDK
+  if (dpdk_) dpdk_->start();
+#endif
+}
+
+void Daemon::run_until_signal() {
+  signals_.emplace(io_, SIGTERM, SIGINT, SIGHUP);
+  wait_for_signal();
+  log_started();
+  sd_notify(0, "READY=1\nSTATUS=running");
+  io_.run();
+}
+
+void Daemon::wait_for_signal() {
+  signals_->async_wait(
+      [this](const boost::system::error_code& ec, int signo) { on_signal(ec, signo); });
+}
+
+void Daemon::on_signal(const boost::system::error_code& ec, int signo) {
+  if (ec) return;
+  if (signo == SIGHUP) {
+    log_event(LogLevel::kInfo, "signal", {{"signal", "SIGHUP"}, {"action", "reload"}});
+    (void)reload();
+    wait_for_signal();
+    return;
+  }
+  log_event(LogLevel::kInfo, "signal",
+            {{"signal", signo == SIGTERM ? "SIGTERM" : "SIGINT"}, {"action", "stop"}});
+  sd_notify(0, "STOPPING=1");
+  admin_->close();
+  control_->stop();
+  io_.stop();
+}
+
+void Daemon::log_started() {
+  std::string where = config_.admin_socket;
+  if (config_.admin_tcp) {
+    where += " and " + config_.admin_tcp->host + ":" + std::to_string(admin_->tcp_port());
+  }
+  log_event(LogLevel::kInfo, "sluiced_started",
+            {{"version", SLUICE_VERSION},
+             {"config", path_},
+             {"admin", where},
+             {"listen", config_.engine == EngineKind::kDpdk
+                            ? config_.listen.host + ":" + std::to_string(config_.listen.port)
+                            : config_.listen.host + ":" + std::to_string(engine_->port())},
+             {"engine", config_.engine == EngineKind::kDpdk ? "dpdk" : "uring"},
+             {"workers", std::to_string(config_.workers)}});
+}
+
+// Spliced sessions get the grace period; spill sessions answer what is pending; then the log
+// writes what it holds.
+void Daemon::stop() {
+#ifdef SLUICE_HAVE_DPDK
+  if (dpdk_) dpdk_->stop();
+#endif
+  engine_->stop(control_->config().stop_grace_ms);
+  spill_->stop();
+  log_event(LogLevel::kInfo, "sluiced_stopped", {});
+}
+
 int run(const std::string& path) {
   auto loaded = load(path);
   if (auto* e = std::get_if<std::string>(&loaded)) return fail(kExitBadConfig, *e);
   auto [config, secrets] = std::move(std::get<0>(loaded));
-  if (auto e = ensure_dir(config.state_dir, "gateway.state_dir")) {
-    return fail(kExitStartFailed, *e);
-  }
-  const std::string socket_dir = std::filesystem::path(config.admin_socket).parent_path();
-  if (!socket_dir.empty()) {
-    if (auto e = ensure_dir(socket_dir, "admin.socket")) return fail(kExitStartFailed, *e);
-  }
+  if (auto e = ensure_dirs(config)) return fail(kExitStartFailed, *e);
 
-  boost::asio::io_context io(1);
-  Control control(io, config, secrets);
-  if (auto e = control.load_state()) return fail(kExitStartFailed, *e);
-
-  raise_fd_limit(config.sessions_max, config.spill.max_bytes, config.spill.segment_bytes);
-  // Recovery runs here, before anything takes traffic; a log that cannot be used stops the start.
-  if (auto e = ensure_dir(config.spill_dir(), "spill.dir")) return fail(kExitStartFailed, *e);
-  std::string spill_error;
-  std::unique_ptr<sluice::gateway::SpillService> spill =
-      sluice::gateway::SpillService::open(config, secrets, control, io, &spill_error);
-  if (!spill) return fail(kExitStartFailed, spill_error);
-
-  // The engine: one router (replica), spill producer and credentials checker per worker.
-  sluice::control::NodeDirectory directory;
-  if (auto e = directory.set(config.nodes)) return fail(kExitStartFailed, *e);
-  std::shared_ptr<const sluice::gateway::UsersFile> users;
-  if (!config.spill.users_file.empty()) {
-    auto loaded_users = sluice::gateway::UsersFile::load(config.spill.users_file);
-    if (auto* e = std::get_if<std::string>(&loaded_users)) {
-      return fail(kExitBadConfig, "spill.users_file: " + *e);
-    }
-    users = std::get<std::shared_ptr<const sluice::gateway::UsersFile>>(loaded_users);
-  }
-  // Every worker's SpillAuth follows this; a reload reads the users file again into it.
-  auto users_source = std::make_shared<sluice::gateway::UsersSource>(users);
-  const std::string users_path = config.spill.users_file;
-  std::vector<std::unique_ptr<sluice::control::ReplicaRouter>> routers;
-  std::vector<std::unique_ptr<sluice::gateway::ProducerSink>> sinks;
-  std::vector<std::unique_ptr<sluice::gateway::SpillAuth>> auths;
-  std::vector<std::unique_ptr<sluice::gateway::LoginCache>> logins;
-  std::vector<sluice::uring::WorkerParts> parts;
-  for (uint32_t i = 0; i < config.workers; ++i) {
-    routers.push_back(std::make_unique<sluice::control::ReplicaRouter>(
-        control.attach_worker(), directory, "uring" + std::to_string(i)));
-    sinks.push_back(std::make_unique<sluice::gateway::ProducerSink>(spill->log().producer(i)));
-    auths.push_back(
-        std::make_unique<sluice::gateway::SpillAuth>(users_source, config.spill.allow_anonymous));
-    logins.push_back(std::make_unique<sluice::gateway::LoginCache>(config.login_cache_ms));
-    parts.push_back(
-        {routers.back().get(), sinks.back().get(), auths.back().get(), logins.back().get()});
-  }
-  std::string engine_error;
-  sluice::session::SessionConfig engine_session = config.session;
-  if (config.engine == EngineKind::kDpdk) {
-    // The spill listener behind the DPDK engine answers the lcore's replay itself (the lcore
-    // strips that CONNECTED); spill sessions keep the spill's own authentication.
-    engine_session.login_check = sluice::session::LoginCheck::kDeferred;
-  }
-  std::unique_ptr<sluice::uring::Engine> engine = sluice::uring::Engine::open(
-      engine_options(config), engine_session, parts, log_from_engine, &engine_error);
-  if (!engine) return fail(kExitStartFailed, "engine: " + engine_error);
-  sluice::gateway::EngineAdmin engine_admin(*engine);
-  SessionsAdmin* sessions_admin = &engine_admin;
-#ifdef SLUICE_HAVE_DPDK
-  std::unique_ptr<sluice::gateway::DpdkEngine> dpdk;
-  std::unique_ptr<sluice::gateway::DpdkAdmin> dpdk_admin;
-  if (config.engine == EngineKind::kDpdk) {
-    std::string dpdk_error;
-    dpdk =
-        sluice::gateway::DpdkEngine::open(config, control.attach_worker(), directory, &dpdk_error);
-    if (!dpdk) return fail(kExitStartFailed, dpdk_error);
-    dpdk_admin = std::make_unique<sluice::gateway::DpdkAdmin>(engine_admin, *dpdk,
-                                                              uint32_t(engine->worker_count()));
-    sessions_admin = dpdk_admin.get();
-  }
-#else
-  if (config.engine == EngineKind::kDpdk) {
-    return fail(kExitBadConfig, "gateway.engine = \"dpdk\": this sluiced was built without DPDK");
-  }
-#endif
-
-  // Live settings set at run time or by a reload: limits.* reach the io_uring engine's workers
-  // (in DPDK mode, the spill listener's; the lcore's flow limits are dpdk.*, fixed at start),
-  // spill.max_bytes and spill.queue_*_max the spill log and drain.rate_per_second the drainer.
-  // Control's ranges keep every value within the narrower types.
-  const uint32_t connect_timeout_at_start = config.connect_timeout_ms;
-  const bool dpdk_mode = config.engine == EngineKind::kDpdk;
-  const uint64_t sessions_max_at_start = config.sessions_max;
-  const uint64_t segment_bytes = config.spill.segment_bytes;
-  control.set_live_hook([&engine, &spill, connect_timeout_at_start, dpdk_mode,
-                         sessions_max_at_start, segment_bytes](
-                            const Control::LiveSettings& l) -> std::optional<std::string> {
-    if (dpdk_mode && l.connect_timeout_ms != connect_timeout_at_start) {
-      return "limits.connect_timeout_ms: the DPDK engine's lcore keeps the value it started "
-             "with (" +
-             std::to_string(connect_timeout_at_start) + "); restart to change it";
-    }
-    if (auto e = engine->set_limits({uint32_t(l.sessions_max), uint32_t(l.sessions_per_source_max),
-                                     uint32_t(l.prelude_sessions_max),
-                                     uint32_t(l.connect_timeout_ms)})) {
-      return e;
-    }
-    if (auto e = spill->set_tuning(l.spill_max_bytes, l.spill_queue_messages_max,
-                                   l.spill_queue_bytes_max, uint32_t(l.drain_rate_per_second))) {
-      return e;
-    }
-    // Room for the descriptors of a spill log that may now hold more segments.
-    raise_fd_limit(sessions_max_at_start, l.spill_max_bytes, segment_bytes);
-    return std::nullopt;
-  });
-
-  auto reload = [&]() -> std::optional<std::string> {
-    sd_notify(0, "RELOADING=1");
-    auto next = load(path);
-    std::optional<std::string> error;
-    if (auto* e = std::get_if<std::string>(&next)) {
-      error = *e + " (the running config stays)";
-      control.reload_failed(*error);
-    } else {
-      // The users file the gateway started with is read again (another path needs a restart:
-      // control names spill.users_file among the keys that do); one that does not load refuses
-      // the whole reload, as a config file that does not load does.
-      std::shared_ptr<const sluice::gateway::UsersFile> reread;
-      if (!users_path.empty()) {
-        auto reloaded = sluice::gateway::UsersFile::load(users_path);
-        if (auto* bad = std::get_if<std::string>(&reloaded)) {
-          error = "spill.users_file: " + *bad + " (the running config stays)";
-          control.reload_failed(*error);
-          sd_notify(0, "READY=1");
-          return error;
-        }
-        reread = std::get<std::shared_ptr<const sluice::gateway::UsersFile>>(reloaded);
-      }
-      auto [c, s] = std::move(std::get<0>(next));
-      std::vector<std::string> restart_keys;
-      error = control.reload(std::move(c), std::move(s), &restart_keys);
-      if (error) {
-        control.reload_failed(*error);
-      } else {
-        if (reread) {
-          log_event(LogLevel::kInfo, "users_file_reloaded",
-                    {{"path", users_path}, {"users", std::to_string(reread->users().size())}});
-          users_source->set(std::move(reread));
-        }
-        spill->set_nodes(control.config().nodes);
-        if (auto bad = directory.set(control.config().nodes)) {
-          log_event(LogLevel::kError, "reload_nodes", {{"error", *bad}});
-        }
-      }
-    }
-    sd_notify(0, "READY=1");
-    return error;
-  };
-  AdminApi api(control, reload);
-  api.set_spill(spill.get());
-  api.set_sessions(sessions_admin);
-  AdminServer admin(io, [&api](const AdminRequest& r) { return api.handle(r); });
-  if (auto e = admin.listen_unix(config.admin_socket)) {
-    return fail(kExitStartFailed, "admin.socket: " + *e);
-  }
-  if (config.admin_tcp) {
-    if (auto e = admin.listen_tcp(config.admin_tcp->host, config.admin_tcp->port)) {
-      return fail(kExitStartFailed, "admin.tcp: " + *e);
-    }
-  }
-  control.start();
-  spill->start();
-  engine->start();
-#ifdef SLUICE_HAVE_DPDK
-  if (dpdk) dpdk->start();
-#endif
-
-  boost::asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
-  std::function<void(const boost::system::error_code&, int)> on_signal =
-      [&](const boost::system::error_code& ec, int signo) {
-        if (ec) return;
-        if (signo == SIGHUP) {
-          log_event(LogLevel::kInfo, "signal", {{"signal", "SIGHUP"}, {"action", "reload"}});
-          (void)reload();
-          signals.async_wait(on_signal);
-          return;
-        }
-        log_event(LogLevel::kInfo, "signal",
-                  {{"signal", signo == SIGTERM ? "SIGTERM" : "SIGINT"}, {"action", "stop"}});
-        sd_notify(0, "STOPPING=1");
-        admin.close();
-        control.stop();
-        io.stop();
-      };
-  signals.async_wait(on_signal);
-
-  std::string where = config.admin_socket;
-  if (config.admin_tcp) {
-    where += " and " + config.admin_tcp->host + ":" + std::to_string(admin.tcp_port());
-  }
-  log_event(LogLevel::kInfo, "sluiced_started",
-            {{"version", SLUICE_VERSION},
-             {"config", path},
-             {"admin", where},
-             {"listen", config.engine == EngineKind::kDpdk
-                            ? config.listen.host + ":" + std::to_string(config.listen.port)
-                            : config.listen.host + ":" + std::to_string(engine->port())},
-             {"engine", config.engine == EngineKind::kDpdk ? "dpdk" : "uring"},
-             {"workers", std::to_string(config.workers)}});
-  sd_notify(0, "READY=1\nSTATUS=running");
-  io.run();
-  // Spliced sessions get the grace period; spill sessions answer what is pending; then the log
-  // writes what it holds.
-#ifdef SLUICE_HAVE_DPDK
-  if (dpdk) dpdk->stop();
-#endif
-  engine->stop(control.config().stop_grace_ms);
-  spill->stop();
-  log_event(LogLevel::kInfo, "sluiced_stopped", {});
+  Daemon daemon(path, std::move(config), std::move(secrets));
+  if (auto e = daemon.open_control()) return fail(e->code, e->message);
+  if (auto e = daemon.open_workers()) return fail(e->code, e->message);
+  if (auto e = daemon.open_engines()) return fail(e->code, e->message);
+  daemon.set_live_hook();
+  if (auto e = daemon.open_admin()) return fail(e->code, e->message);
+  daemon.start();
+  daemon.run_until_signal();
+  daemon.stop();
   return 0;
 }
 
