@@ -343,14 +343,12 @@ void Worker::finish_close(uint32_t slot) {
   free_sessions_.push_back(slot);
 }
 
-void Worker::on_cqe(const io_uring_cqe* cqe) {
-  const uint64_t data = io_uring_cqe_get_data64(cqe);
-  const Op op = Op(data & 0xFF);
-  const uint32_t slot = uint32_t(data >> 32);
-  const int res = cqe->res;
+// The completions of the worker's own operations (the listener's accept, the wake-up, the spill
+// thread's notification); false for a session's.
+inline bool Worker::on_worker_cqe(Op op, int res, uint32_t flags) {
   switch (op) {
     case Op::kAccept:
-      if (!(cqe->flags & IORING_CQE_F_MORE)) accept_armed_ = false;
+      if (!(flags & IORING_CQE_F_MORE)) accept_armed_ = false;
       if (res >= 0) {
         on_accept(res);
       } else if (res != -ECANCELED && res != -EINVAL && res != -EBADF) {
@@ -363,38 +361,24 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
                {{{"error", std::strerror(-res)}, {"failures", count}}});
         }
       }
-      return;
+      return true;
     case Op::kWake:
       arm_wake();
-      return;
+      return true;
     case Op::kSpillNotify:
       spill_notify_armed_ = false;
-      return;
+      return true;
     default:
-      if (slot == kNone) return;  // the listener's cancel
-      break;
-      break;
+      return false;
   }
+}
+
+// A completion of a live session's operation, by its op: the session's own handlers.
+inline void Worker::on_session_cqe(uint32_t slot, Op op, int res, uint32_t flags, uint64_t data) {
   Session& s = sessions_[slot];
-  SLUICE_ASSERT(s.inflight > 0);
-  --s.inflight;
-  if (op == Op::kRecvClient) s.recv_armed = false;
-  if (op == Op::kPollIn || op == Op::kPollIn1) s.dir[int(op) - int(Op::kPollIn)].idle = false;
-  if (op == Op::kInstall || op == Op::kInstall1) {
-    on_install(slot, int(op) - int(Op::kInstall), res);  // closing or not: it holds a descriptor
-    return;
-  }
-  if (s.state == State::kClosing) {
-    if (op == Op::kRecvClient && (cqe->flags & IORING_CQE_F_BUFFER)) {
-      recycle(uint16_t(cqe->flags >> IORING_CQE_BUFFER_SHIFT));
-    }
-    if (op == Op::kSendClient) s.sending = false;
-    if (s.inflight == 0) finish_close(slot);
-    return;
-  }
   switch (op) {
     case Op::kRecvClient:
-      on_recv_client(slot, res, cqe->flags);
+      on_recv_client(slot, res, flags);
       break;
     case Op::kSendClient:
       on_send_client(slot, res);
@@ -448,6 +432,33 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
     default:
       break;
   }
+}
+
+void Worker::on_cqe(const io_uring_cqe* cqe) {
+  const uint64_t data = io_uring_cqe_get_data64(cqe);
+  const Op op = Op(data & 0xFF);
+  const uint32_t slot = uint32_t(data >> 32);
+  const int res = cqe->res;
+  if (on_worker_cqe(op, res, cqe->flags)) return;
+  if (slot == kNone) return;  // the listener's cancel
+  Session& s = sessions_[slot];
+  SLUICE_ASSERT(s.inflight > 0);
+  --s.inflight;
+  if (op == Op::kRecvClient) s.recv_armed = false;
+  if (op == Op::kPollIn || op == Op::kPollIn1) s.dir[int(op) - int(Op::kPollIn)].idle = false;
+  if (op == Op::kInstall || op == Op::kInstall1) {
+    on_install(slot, int(op) - int(Op::kInstall), res);  // closing or not: it holds a descriptor
+    return;
+  }
+  if (s.state == State::kClosing) {
+    if (op == Op::kRecvClient && (cqe->flags & IORING_CQE_F_BUFFER)) {
+      recycle(uint16_t(cqe->flags >> IORING_CQE_BUFFER_SHIFT));
+    }
+    if (op == Op::kSendClient) s.sending = false;
+    if (s.inflight == 0) finish_close(slot);
+    return;
+  }
+  on_session_cqe(slot, op, res, cqe->flags, data);
 }
 
 void Worker::scan(Nanos t) {

@@ -241,6 +241,10 @@ class Worker {
   // Sends `bytes` (may be empty) after whatever is queued, then closes.
   void send_then_close(uint32_t slot, std::string_view bytes);
   void on_cqe(const io_uring_cqe* cqe);
+  // on_cqe()'s two halves, inlined into it (one completion's path stays one function).
+  [[gnu::always_inline]] inline bool on_worker_cqe(Op op, int res, uint32_t flags);
+  [[gnu::always_inline]] inline void on_session_cqe(uint32_t slot, Op op, int res, uint32_t flags,
+                                                    uint64_t data);
   void recycle(uint16_t bid);
 
   // worker.cc
@@ -311,8 +315,12 @@ class Worker {
   void on_install(uint32_t slot, int side, int res);
   void clear_park(Session& s);  // empties the pair of slots; the ring lets go of the sockets
 
-  // worker_setup.cc
+  // worker_setup.cc: open()'s steps, in order.
+  std::optional<std::string> open_ring();
+  std::optional<std::string> open_recv_buffers();
   void open_parking(uint32_t sessions);
+  std::optional<std::string> open_session_memory(uint32_t sessions);
+  std::optional<std::string> open_listener(uint16_t port, uint16_t* bound);
 
   // worker_spill.cc
   void start_spill(uint32_t slot);

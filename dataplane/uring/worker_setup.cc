@@ -116,8 +116,18 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   grown_max_ =
       options_.pipe_bytes_max > options_.pipe_bytes ? share(options_.grown_pipes_max, workers) : 0;
 
+  if (auto e = open_ring()) return e;
+  if (auto e = open_recv_buffers()) return e;
+  open_parking(sessions);
+  if (auto e = open_session_memory(sessions)) return e;
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return std::string("eventfd: ") + std::strerror(errno);
+  return open_listener(port, bound);
+}
+
+// The ring, created disabled: the worker's thread enables it and so becomes its single issuer.
+std::optional<std::string> Worker::open_ring() {
   io_uring_params p{};
-  // Created disabled: the worker's thread enables it and so becomes its single issuer.
   p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL |
             IORING_SETUP_R_DISABLED;
   p.cq_entries = options_.ring_entries * 4;
@@ -128,11 +138,14 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
     p.flags |= IORING_SETUP_SQPOLL;
     p.sq_thread_idle = 1000;
   }
-  int r = io_uring_queue_init_params(options_.ring_entries, &ring_, &p);
+  const int r = io_uring_queue_init_params(options_.ring_entries, &ring_, &p);
   if (r < 0) return std::string("io_uring_queue_init: ") + std::strerror(-r);
   ring_ok_ = true;
+  return std::nullopt;
+}
 
-  // Provided buffers for the receives of prelude and spill sessions.
+// Provided buffers for the receives of prelude and spill sessions.
+std::optional<std::string> Worker::open_recv_buffers() {
   recv_mask_ = io_uring_buf_ring_mask(options_.recv_buffers);
   buf_ring_bytes_ = sizeof(io_uring_buf) * options_.recv_buffers;
   void* mem =
@@ -143,7 +156,7 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   reg.ring_addr = reinterpret_cast<uint64_t>(buf_ring_);
   reg.ring_entries = options_.recv_buffers;
   reg.bgid = 0;
-  r = io_uring_register_buf_ring(&ring_, &reg, 0);
+  const int r = io_uring_register_buf_ring(&ring_, &reg, 0);
   if (r < 0) {
     munmap(buf_ring_, buf_ring_bytes_);
     buf_ring_ = nullptr;
@@ -159,8 +172,12 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   }
   io_uring_buf_ring_advance(buf_ring_, int(options_.recv_buffers));
 
-  open_parking(sessions);
+  return std::nullopt;
+}
 
+// Session memory, sized once at start: the session table, preludes, outs, spill sessions, the
+// pools' reservations and the header scratch.
+std::optional<std::string> Worker::open_session_memory(uint32_t sessions) {
   sessions_.resize(sessions);
   free_sessions_.reserve(sessions);
   for (uint32_t i = sessions; i > 0; --i)
@@ -196,10 +213,11 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   header_scratch_ = std::make_unique<char[]>(header_scratch_bytes_);
   connect_timeout_.tv_sec = options_.connect_timeout_ms / 1000;
   connect_timeout_.tv_nsec = long(options_.connect_timeout_ms % 1000) * 1'000'000;
+  return std::nullopt;
+}
 
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) return std::string("eventfd: ") + std::strerror(errno);
-
+// The worker's own listener on the shared port (SO_REUSEPORT spreads connections over workers).
+std::optional<std::string> Worker::open_listener(uint16_t port, uint16_t* bound) {
   listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return std::string("socket: ") + std::strerror(errno);
   int one = 1;
