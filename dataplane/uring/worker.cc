@@ -221,6 +221,7 @@ void Worker::refuse_at_accept(int fd, std::atomic<uint64_t>& counter, std::strin
   char buf[512];
   auto frame = session::build_error(std::span<char>(buf, sizeof buf), session::Version::k1_0,
                                     session::ErrorFrame{message, "retry later", {}, {}});
+  // Best effort: a client that cannot take the frame now only misses the reason.
   if (frame) (void)!send(fd, frame->data(), frame->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   close(fd);
 }
@@ -545,8 +546,17 @@ void Worker::loop_once() {
   if (!recv_retry_.empty()) wait = std::min<Nanos>(wait, session::kNanosPerMilli);
   __kernel_timespec ts{wait / 1'000'000'000, wait % 1'000'000'000};
   io_uring_cqe* cqe = nullptr;
-  int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
-  (void)r;
+  const int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+  if (r < 0 && r != -ETIME && r != -EINTR) {
+    // EBUSY (completions not yet reaped) or EAGAIN (the kernel short of memory): the
+    // completions below are reaped and the next pass submits what is left. Logged once per
+    // 1000 failures, as accept's.
+    if (submit_errors_++ % 1000 == 0) {
+      const std::string count = std::to_string(submit_errors_);
+      log_(LogLevel::kWarn, "ring_submit_failed",
+           {{{"error", std::strerror(-r)}, {"failures", count}}});
+    }
+  }
   unsigned head;
   unsigned n = 0;
   io_uring_for_each_cqe(&ring_, head, cqe) {

@@ -350,6 +350,7 @@ class Worker {
   bool accept_armed_ = false;
   Nanos accept_pause_until_ = 0;  // after EMFILE and the like: let the loop breathe
   uint64_t accept_errors_ = 0;
+  uint64_t submit_errors_ = 0;  // io_uring_submit_and_wait_timeout() failures
   bool spill_notify_armed_ = false;
   uint64_t wake_value_ = 0;
   uint64_t spill_notify_value_ = 0;

@@ -249,6 +249,7 @@ void Worker::request_stop(uint32_t grace_ms) {
   stop_grace_ms_.store(grace_ms, std::memory_order_relaxed);
   stop_requested_.store(true, std::memory_order_release);
   uint64_t one = 1;
+  // An eventfd write fails only when its counter is full, and then the worker is woken anyway.
   if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
 }
 
