@@ -356,6 +356,213 @@ inline RunFrame frame_view(const Run& run) {
           !options && run.ts_at == 0 && !run.rare};
 }
 
+// The burst's checks as locals: the fixed fields every frame the fast path takes has, and the
+// mask of the fields one run's frames share (Lcore::FastChecks' words).
+[[gnu::always_inline]] inline void load_checks(Words2 (&run_mask)[3], Words2 (&fixed_mask)[3],
+                                               Words2 (&fixed_expect)[3], const uint64_t* run,
+                                               const uint64_t* mask, const uint64_t* expect,
+                                               uint64_t mac) {
+  std::memcpy(run_mask, run, sizeof run_mask);
+  std::memcpy(fixed_mask, mask, sizeof fixed_mask);
+  std::memcpy(fixed_expect, expect, sizeof fixed_expect);
+  fixed_expect[0][0] = mac;
+}
+
+// The run of the last flow taken, if any: its frames match the run's words and skip the lookup
+// and the checks that hold for all of that flow's frames. `key` is Lcore::FastKey's words.
+[[gnu::always_inline]] inline void resume(Run& run, detail::Flow* flows, const uint64_t* key,
+                                          uint32_t flow, bool from_client, uint64_t mac,
+                                          uint16_t port) {
+  clear(run);
+  if (flow == detail::kNoSlot) return;
+  Words2 expect[3];
+  std::memcpy(expect, key, sizeof expect);
+  expect[0][0] = mac;
+  start(run, flows, flow, from_client, expect, port);
+}
+
+// The run the burst ended on, kept for the next burst (Lcore::FastKey's fields).
+[[gnu::always_inline]] inline void keep(const Run& run, uint64_t* key, uint32_t& flow,
+                                        bool& from_client) {
+  if (run.flow != detail::kNoSlot) {
+    std::memcpy(key, run.expect, sizeof run.expect);
+    flow = run.flow;
+    from_client = run.from_client;
+  } else {
+    std::memset(key, 0, sizeof run.expect);
+    flow = detail::kNoSlot;
+    from_client = false;
+  }
+}
+
+// What holds for all the frames a run took is written once, when the run ends: the flow was
+// seen now, the leg's ACK-storm count is back to 0 (each frame taken resets it), the packets and
+// bytes (the lcore's and the flow's). `run_from` is the run's first frame, `run_bytes` the payload
+// bytes of its frames; packets and bytes are [from the owner, from the client]. Scalars, not a
+// struct: the per-frame sum stays in a register.
+[[gnu::always_inline]] inline void end_run(const Run& run, size_t run_from, size_t end,
+                                           uint64_t now_ms, uint64_t& run_bytes,
+                                           uint64_t (&packets)[2], uint64_t (&bytes)[2]) {
+  if (end == run_from) return;
+  run.fl->last_seen_ms = now_ms;
+  run.in->storm_count = 0;
+  run.fl->spliced_bytes[run.from_client] += run_bytes;
+  packets[run.from_client] += end - run_from;
+  bytes[run.from_client] += run_bytes;
+  run_bytes = 0;
+}
+
+// Lines ahead of their turn, as a frame's are rarely in the cache when the loop reaches it: the
+// buffer 8 frames on (where its data lies) for reading, the headers of the frame 4 on for
+// writing. Both fetches overlap this frame's work. One test (`ahead`) for the frames that have
+// both, which are most of a burst.
+[[gnu::always_inline]] inline void prefetch_ahead(std::span<RxBuffer* const> rx, size_t i,
+                                                  size_t ahead) {
+  if (i < ahead) [[likely]] {
+    __builtin_prefetch(rx[i + 8], 0);
+    __builtin_prefetch(rx_data(rx[i + 4]), 1);
+  } else if (i + 4 < rx.size()) {
+    __builtin_prefetch(rx_data(rx[i + 4]), 1);
+  }
+}
+
+// Stage 1 for a frame outside the current run: net::parse_established()'s checks of the fixed
+// fields, on the bytes as they lie, then the flow's lookup. The flow's slot, or kNone when the
+// frame is for the general path; `tuple` is the frame's.
+[[gnu::always_inline]] inline uint32_t classify(const uint8_t* d, const Words2 (&v)[3],
+                                                const Words2 (&fixed_mask)[3],
+                                                const Words2 (&fixed_expect)[3],
+                                                const flow::TupleMap& tuples, flow::Tuple& tuple) {
+  if (any(((v[0] ^ fixed_expect[0]) & fixed_mask[0]) | ((v[1] ^ fixed_expect[1]) & fixed_mask[1]) |
+          ((v[2] ^ fixed_expect[2]) & fixed_mask[2]))) {
+    return flow::TupleMap::kNone;
+  }
+  const uint32_t header_bytes = uint32_t(d[kL4 + 12] >> 4) * 4;
+  if (header_bytes != net::kTcpBytes && header_bytes != net::kTcpBytes + 12) {
+    return flow::TupleMap::kNone;
+  }
+  const uint8_t* const ip = d + kL3;
+  const uint8_t* const t = d + kL4;
+  tuple = {host32(load32(ip + 12)), host32(load32(ip + 16)), host16(load16(t)),
+           host16(load16(t + 2))};
+  return tuples.find(tuple);
+}
+
+// Stage 2, the checks that differ from frame to frame: the lengths, the timestamp option's
+// layout and the IPv4 header checksum. False for a frame the general path takes; else its
+// payload's bytes and its IPv4 bytes 8-11 (TTL, protocol, checksum).
+//
+// The IPv4 header's sum: the run's addresses, bytes 0-7 as one 64-bit number and bytes 8-11 as
+// a 32-bit one, added in 64 bits. Each part lies at an even offset in the header, and 2^16 and
+// 2^32 are 1 modulo 0xffff, so the sum is that of the header's 16-bit words modulo 0xffff. On a
+// little-endian machine bytes 0-7 as a number are below 2^56 (byte 7, the fragment offset's low
+// byte, is 0 under the run's mask), so no carry is lost; elsewhere they are taken as two 32-bit
+// words. The sum folds to all ones exactly when it is a multiple of 0xffff other than 0
+// (net::checksum_fold), and it is never 0: the version byte (0x45, under the run's mask) is in
+// it. The multiple is tested by a multiplication, with no fold.
+[[gnu::always_inline]] inline bool frame_fits(const uint8_t* d, uint32_t len, const RunFrame& h,
+                                              uint32_t& payload, uint32_t& ip_tail) {
+  const uint8_t* const ip = d + kL3;
+  const uint8_t* const t = d + kL4;
+  const uint32_t total = host16(load16(ip + 2));
+  if (total < h.headers || len - kL3 < total) return false;
+  payload = total - h.headers;
+  if (!h.plain && h.options && load32(t + net::kTcpBytes) != kTimestampOptionWire) return false;
+  uint64_t ip_head;  // bytes 0-7: version to fragment offset
+  std::memcpy(&ip_head, ip, sizeof ip_head);
+  if constexpr (std::endian::native != std::endian::little) {
+    ip_head = (ip_head & 0xffffffffu) + (ip_head >> 32);
+  }
+  ip_tail = load32(ip + 8);
+  return (ip_head + ip_tail + h.ip_addresses) % kOnes == 0;
+}
+
+// Stage 3, ack_storm()'s bookkeeping: false for a pure ACK that repeats the last one, which is
+// left to it.
+[[gnu::always_inline]] inline bool ack_news(const uint8_t* t, uint32_t payload, uint32_t ack,
+                                            detail::Leg& in) {
+  if (payload != 0) return true;
+  const uint8_t flags = t[13];
+  if ((flags & ~(net::kAck | net::kPsh | net::kEce | net::kCwr)) != 0) return true;
+  const uint16_t window = host16(load16(t + 14));
+  if (ack == in.last_ack && window == in.last_window) return false;
+  in.last_ack = ack;
+  in.last_window = window;
+  return true;
+}
+
+// Stage 4, the rewrite, as client_established()/owner_established() and
+// net::rewrite_established(): the MACs, the tuple, the sequence and acknowledgment numbers and
+// the moving timestamp. The TCP checksum's change is the run's less the sequence number's carry
+// and plus the acknowledgment number's borrow, over host-order numbers (kOnes); returned as the
+// sum still to fold.
+[[gnu::always_inline]] inline uint32_t rewrite(uint8_t* d, Words2 first, const RunFrame& h,
+                                               uint32_t ack_host) {
+  uint8_t* const t = d + kL4;
+  const detail::FastRewrite& rw = *h.rw;
+  store_macs(d, first, rw);
+  uint32_t seq;
+  const bool seq_carry = __builtin_add_overflow(host32(load32(t + 4)), h.seq_base, &seq);
+  uint32_t ack;
+  const bool ack_borrow = __builtin_sub_overflow(ack_host, h.ack_base, &ack);
+  const uint32_t new_seq_wire = host32(seq);
+  const uint32_t new_ack_wire = host32(ack);
+  store_tuple_seq(d + kL3 + 12, rw, new_seq_wire);
+  std::memcpy(t + 8, &new_ack_wire, 4);
+  uint32_t tcp_sum =
+      (kOnes - host16(load16(t + 16))) + h.tcp_change + uint32_t(ack_borrow) - uint32_t(seq_carry);
+  if (!h.plain && h.ts_at != 0) {
+    uint8_t* const field = t + h.ts_at;
+    uint32_t value;
+    tcp_sum -= __builtin_add_overflow(host32(load32(field)), rw.ts_delta, &value);
+    const uint32_t value_wire = host32(value);
+    std::memcpy(field, &value_wire, 4);
+  }
+  return tcp_sum;
+}
+
+// The window rescaled between the legs' scales (a rare run's frames); the sum takes the change.
+[[gnu::always_inline]] inline void rescale(uint8_t* t, const detail::FastRewrite& rw,
+                                           uint32_t& tcp_sum) {
+  const uint16_t window = host16(load16(t + 14));
+  const uint16_t new_window = splice::rescale_window(window, rw.window_from, rw.window_to);
+  tcp_sum += (kOnes - window) + new_window;
+  const uint16_t new_window_wire = host16(new_window);
+  std::memcpy(t + 14, &new_window_wire, 2);
+}
+
+// Stage 5, the checksums. The IPv4 one is ~checksum, from the word stage 2 read (the checksum
+// is its upper half as it lies in a little-endian word, its lower half in a big-endian one),
+// plus the run's change, folded: two 16-bit numbers, so one end-around carry is the whole fold
+// (checksum_fold32).
+[[gnu::always_inline]] inline void write_checksums(uint8_t* d, uint32_t ip_tail,
+                                                   const detail::FastRewrite& rw,
+                                                   uint32_t tcp_sum) {
+  const uint16_t ip_check_inverse =
+      std::endian::native == std::endian::little ? uint16_t(~ip_tail >> 16) : uint16_t(~ip_tail);
+  uint16_t ip_sum;
+  const bool ip_carry = __builtin_add_overflow(ip_check_inverse, rw.ip_sum, &ip_sum);
+  const uint16_t ip_check = uint16_t(~(ip_sum + ip_carry));
+  std::memcpy(d + kL3 + 10, &ip_check, 2);
+  const uint16_t tcp_check = host16(uint16_t(~net::checksum_fold32(tcp_sum)));
+  std::memcpy(d + kL4 + 16, &tcp_check, 2);
+}
+
+// What the burst's frames add to the lcore's counters: `frames` taken, the packets and bytes
+// of each direction ([0] from the owner, [1] from the client).
+[[gnu::always_inline]] inline void count_burst(LcoreCounters& c, size_t frames,
+                                               const uint64_t (&packets)[2],
+                                               const uint64_t (&bytes)[2]) {
+  c.rx_frames += frames;
+  c.tx_frames += frames;
+  c.established_path += frames;
+  c.fast_path += frames;
+  c.c2o_packets += packets[1];
+  c.c2o_bytes += bytes[1];
+  c.o2c_packets += packets[0];
+  c.o2c_bytes += bytes[0];
+}
+
 }  // namespace
 
 inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, FastRun* runs,
@@ -366,48 +573,25 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
   advance_clock(now_ns);
   // Locals, not members, in the loop: its stores into the frames (bytes, which may alias
   // anything) would otherwise make the compiler load the members again for every frame.
-  const FastChecks checks = fast_checks_;
   const uint64_t mac = fast_macs_[port];
   const uint64_t now_ms = now_ms_;
   Flow* const flows = flows_.data();
-  // Frames of the last flow taken match its run's words and skip the lookup and the checks
-  // that hold for all of that flow's frames.
-  Run run;
-  clear(run);
-  if (fast_key_.flow != detail::kNoSlot) {
-    Words2 expect[3];
-    std::memcpy(expect, fast_key_.expect.data(), sizeof expect);
-    expect[0][0] = mac;
-    start(run, flows, fast_key_.flow, fast_key_.from_client, expect, port);
-  }
   Words2 run_mask[3];
   Words2 fixed_mask[3];
   Words2 fixed_expect[3];
-  std::memcpy(run_mask, checks.run_mask.data(), sizeof run_mask);
-  std::memcpy(fixed_mask, checks.mask.data(), sizeof fixed_mask);
-  std::memcpy(fixed_expect, checks.expect.data(), sizeof fixed_expect);
-  fixed_expect[0][0] = mac;
+  load_checks(run_mask, fixed_mask, fixed_expect, fast_checks_.run_mask.data(),
+              fast_checks_.mask.data(), fast_checks_.expect.data(), mac);
+  Run run;
+  resume(run, flows, fast_key_.expect.data(), fast_key_.flow, fast_key_.from_client, mac, port);
   uint64_t packets[2] = {0, 0};  // [from the owner, from the client]
   uint64_t bytes[2] = {0, 0};
-  // What holds for all the frames a run took is written once, when the run ends: the flow was
-  // seen now, the leg's ACK-storm count is back to 0 (each frame taken resets it), the packets
-  // and bytes (the lcore's and the flow's).
   size_t run_from = 0;     // the run's first frame
   uint64_t run_bytes = 0;  // the payload bytes of the run's frames so far
-  const auto end_run = [&](size_t end) {
-    if (end == run_from) return;
-    run.fl->last_seen_ms = now_ms;
-    run.in->storm_count = 0;
-    run.fl->spliced_bytes[run.from_client] += run_bytes;
-    packets[run.from_client] += end - run_from;
-    bytes[run.from_client] += run_bytes;
-    run_bytes = 0;
-  };
   // The frames taken as spans of one port (FastRun): the current one began at port_from.
   size_t port_runs = 0;
   size_t port_from = 0;
   uint16_t out_port = run.flow != detail::kNoSlot ? run.rw->port : 0;
-  // The run's words, out of the Run (which the lambdas reach through memory), so that they
+  // The run's words, out of the Run (which the steps reach through memory), so that they
   // may stay in registers.
   Words2 run_expect[3];
   std::memcpy(run_expect, run.expect, sizeof run_expect);
@@ -416,16 +600,7 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
   size_t i = 0;
   for (; i < rx.size(); ++i) {
     const RxBuffer* const b = rx[i];
-    // Lines ahead of their turn, as a frame's are rarely in the cache when the loop reaches
-    // it: the buffer 8 frames on (where its data lies) for reading, the headers of the frame
-    // 4 on for writing. Both fetches overlap this frame's work. One test (`ahead`) for the
-    // frames that have both, which are most of a burst.
-    if (i < ahead) [[likely]] {
-      __builtin_prefetch(rx[i + 8], 0);
-      __builtin_prefetch(rx_data(rx[i + 4]), 1);
-    } else if (i + 4 < rx.size()) {
-      __builtin_prefetch(rx_data(rx[i + 4]), 1);
-    }
+    prefetch_ahead(rx, i, ahead);
     uint8_t* const d = rx_data(b);
     const uint32_t len = rx_len(b);
     // At least kHeaders: the words below are in the frame. A buffer of several segments
@@ -434,22 +609,11 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
     const Words2 v[3] = {load_words2(d), load_words2(d + 16), load_words2(d + 32)};
     if (differs(v[0], run_expect[0], run_mask[0]) || differs(v[1], run_expect[1], run_mask[1]) ||
         differs(v[2], run_expect[2], run_mask[2])) [[unlikely]] {
-      // Another flow, or no frame for the fast path. net::parse_established()'s checks of
-      // the fixed fields, on the bytes as they lie, then the flow's lookup.
-      end_run(i);
+      // Another flow, or no frame for the fast path.
+      end_run(run, run_from, i, now_ms, run_bytes, packets, bytes);
       run_from = i;
-      if (any(((v[0] ^ fixed_expect[0]) & fixed_mask[0]) |
-              ((v[1] ^ fixed_expect[1]) & fixed_mask[1]) |
-              ((v[2] ^ fixed_expect[2]) & fixed_mask[2]))) {
-        break;
-      }
-      const uint32_t header_bytes = uint32_t(d[kL4 + 12] >> 4) * 4;
-      if (header_bytes != net::kTcpBytes && header_bytes != net::kTcpBytes + 12) break;
-      const uint8_t* const ip = d + kL3;
-      const uint8_t* const t = d + kL4;
-      const flow::Tuple tuple{host32(load32(ip + 12)), host32(load32(ip + 16)), host16(load16(t)),
-                              host16(load16(t + 2))};
-      const uint32_t id = tuples_.find(tuple);
+      flow::Tuple tuple;
+      const uint32_t id = classify(d, v, fixed_mask, fixed_expect, tuples_, tuple);
       if (id == flow::TupleMap::kNone) break;
       const Words2 expect[3] = {v[0] & run_mask[0], v[1] & run_mask[1], v[2] & run_mask[2]};
       if (!start(run, flows, id, flows[id].client.rx == tuple, expect, port)) break;
@@ -461,113 +625,29 @@ inline size_t Lcore::fast_frames(uint16_t port, std::span<RxBuffer* const> rx, F
         out_port = run.rw->port;
       }
     }
-    // The checks that differ from frame to frame: the lengths, the timestamp option's
-    // layout and the IPv4 header checksum.
-    uint8_t* const ip = d + kL3;
+    uint32_t payload;
+    uint32_t ip_tail;
+    if (!frame_fits(d, len, h, payload, ip_tail)) break;
     uint8_t* const t = d + kL4;
-    const uint32_t total = host16(load16(ip + 2));
-    if (total < h.headers || len - kL3 < total) break;
-    const uint32_t payload = total - h.headers;
-    if (!h.plain && h.options && load32(t + net::kTcpBytes) != kTimestampOptionWire) break;
-    // The IPv4 header's sum: the run's addresses, bytes 0-7 as one 64-bit number and bytes
-    // 8-11 as a 32-bit one, added in 64 bits. Each part lies at an even offset in the header,
-    // and 2^16 and 2^32 are 1 modulo 0xffff, so the sum is that of the header's 16-bit words
-    // modulo 0xffff. On a little-endian machine bytes 0-7 as a number are below 2^56 (byte 7,
-    // the fragment offset's low byte, is 0 under the run's mask), so no carry is lost;
-    // elsewhere they are taken as two 32-bit words. The sum folds to all ones exactly when it
-    // is a multiple of 0xffff other than 0 (net::checksum_fold), and it is never 0: the version
-    // byte (0x45, under the run's mask) is in it. The multiple is tested by a multiplication,
-    // with no fold.
-    uint64_t ip_head;  // bytes 0-7: version to fragment offset
-    std::memcpy(&ip_head, ip, sizeof ip_head);
-    if constexpr (std::endian::native != std::endian::little) {
-      ip_head = (ip_head & 0xffffffffu) + (ip_head >> 32);
-    }
-    const uint32_t ip_tail = load32(ip + 8);  // TTL, protocol, checksum
-    if ((ip_head + ip_tail + h.ip_addresses) % kOnes != 0) break;
-
-    // ack_storm()'s bookkeeping; a pure ACK that repeats the last one is left to it.
     const uint32_t ack_host = host32(load32(t + 8));
-    if (payload == 0) {
-      const uint8_t flags = t[13];
-      if ((flags & ~(net::kAck | net::kPsh | net::kEce | net::kCwr)) == 0) {
-        const uint32_t ack = ack_host;
-        const uint16_t window = host16(load16(t + 14));
-        Leg& in = *h.in;
-        if (ack == in.last_ack && window == in.last_window) break;
-        in.last_ack = ack;
-        in.last_window = window;
-      }
-    }
-
-    // The rewrite, as client_established()/owner_established() and net::rewrite_established().
-    // The IPv4 checksum's change is the run's (the addresses); the TCP checksum's is the run's
-    // less the sequence number's carry and plus the acknowledgment number's borrow, over
-    // host-order numbers (kOnes).
-    const detail::FastRewrite& rw = *h.rw;
-    store_macs(d, v[0], rw);
-    uint32_t seq;
-    const bool seq_carry = __builtin_add_overflow(host32(load32(t + 4)), h.seq_base, &seq);
-    uint32_t ack;
-    const bool ack_borrow = __builtin_sub_overflow(ack_host, h.ack_base, &ack);
-    const uint32_t new_seq_wire = host32(seq);
-    const uint32_t new_ack_wire = host32(ack);
-    store_tuple_seq(ip + 12, rw, new_seq_wire);
-    std::memcpy(t + 8, &new_ack_wire, 4);
-    uint32_t tcp_sum = (kOnes - host16(load16(t + 16))) + h.tcp_change + uint32_t(ack_borrow) -
-                       uint32_t(seq_carry);
-    if (!h.plain && h.ts_at != 0) {
-      uint8_t* const field = t + h.ts_at;
-      uint32_t value;
-      tcp_sum -= __builtin_add_overflow(host32(load32(field)), rw.ts_delta, &value);
-      const uint32_t value_wire = host32(value);
-      std::memcpy(field, &value_wire, 4);
-    }
+    if (!ack_news(t, payload, ack_host, *h.in)) break;
+    uint32_t tcp_sum = rewrite(d, v[0], h, ack_host);
     if (!h.plain && h.rare) [[unlikely]] {
       if (run.switch_port) {
         set_client_port(*run.fl, port);
         run.switch_port = false;
-        run.rare = rw.rescale;
+        run.rare = h.rw->rescale;
         h.rare = run.rare;
       }
-      if (rw.rescale) {
-        const uint16_t window = host16(load16(t + 14));
-        const uint16_t new_window = splice::rescale_window(window, rw.window_from, rw.window_to);
-        tcp_sum += (kOnes - window) + new_window;
-        const uint16_t new_window_wire = host16(new_window);
-        std::memcpy(t + 14, &new_window_wire, 2);
-      }
+      if (h.rw->rescale) rescale(t, *h.rw, tcp_sum);
     }
-    // ~checksum, from the word read above (the checksum is its upper half as it lies in a
-    // little-endian word, its lower half in a big-endian one), plus the run's change, folded:
-    // two 16-bit numbers, so one end-around carry is the whole fold (checksum_fold32).
-    const uint16_t ip_check_inverse =
-        std::endian::native == std::endian::little ? uint16_t(~ip_tail >> 16) : uint16_t(~ip_tail);
-    uint16_t ip_sum;
-    const bool ip_carry = __builtin_add_overflow(ip_check_inverse, rw.ip_sum, &ip_sum);
-    const uint16_t ip_check = uint16_t(~(ip_sum + ip_carry));
-    std::memcpy(ip + 10, &ip_check, 2);
-    const uint16_t tcp_check = host16(uint16_t(~net::checksum_fold32(tcp_sum)));
-    std::memcpy(t + 16, &tcp_check, 2);
+    write_checksums(d, ip_tail, *h.rw, tcp_sum);
     run_bytes += payload;
   }
-  end_run(i);
+  end_run(run, run_from, i, now_ms, run_bytes, packets, bytes);
   if (i != port_from) runs[port_runs++] = {uint16_t(i), out_port};
-  if (run.flow != detail::kNoSlot) {
-    std::memcpy(fast_key_.expect.data(), run.expect, sizeof run.expect);
-    fast_key_.flow = run.flow;
-    fast_key_.from_client = run.from_client;
-  } else {
-    fast_key_ = FastKey{};
-  }
-  counters_.rx_frames += i;
-  counters_.tx_frames += i;
-  counters_.established_path += i;
-  counters_.fast_path += i;
-  counters_.c2o_packets += packets[1];
-  counters_.c2o_bytes += bytes[1];
-  counters_.o2c_packets += packets[0];
-  counters_.o2c_bytes += bytes[0];
+  keep(run, fast_key_.expect.data(), fast_key_.flow, fast_key_.from_client);
+  count_burst(counters_, i, packets, bytes);
   return port_runs;
 }
 
