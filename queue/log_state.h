@@ -1,6 +1,8 @@
 // Private to queue/: the state behind SpillLog, shared by spill_log.cc (open, read side) and
-// spill_thread.cc (the spill thread's loop). Fields marked "mu" are guarded by LogState::mu;
-// the others belong to the spill thread alone (or to open() before it starts).
+// spill_thread.cc (the spill thread's loop). LogState's fields SLUICE_GUARDED_BY(mu) and those
+// of QueueState and SegmentState marked "mu" are guarded by LogState::mu (clang's
+// -Wthread-safety checks the first); the others belong to the spill thread alone (or to open()
+// before it starts).
 #pragma once
 
 #include <liburing.h>
@@ -18,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/mutex.h"
 #include "queue/cursor_file.h"
 #include "queue/segment_file.h"
 #include "queue/spill_log.h"
@@ -286,14 +289,14 @@ struct LogState {
   int lock_fd = -1;
   int dir_fd = -1;
 
-  mutable std::mutex mu;
-  EntryChunks chunks;                               // mu: spare backlog chunks
-  std::vector<EntryChunk> fresh_chunks;             // spill thread: top_up_chunks' scratch
-  std::unordered_map<std::string, uint32_t> ids;    // mu: queue key -> index in queues
-  std::vector<std::unique_ptr<QueueState>> queues;  // mu: null once pruned
-  std::map<uint64_t, SegmentState> segments;        // mu
-  std::vector<uint32_t> delivered_list;             // mu: queues with delivered_dirty
-  std::string key;                                  // scratch for lookups (mu)
+  mutable base::Mutex mu;
+  EntryChunks chunks SLUICE_GUARDED_BY(mu);  // spare backlog chunks
+  std::vector<EntryChunk> fresh_chunks;      // spill thread: top_up_chunks' scratch
+  std::unordered_map<std::string, uint32_t> ids SLUICE_GUARDED_BY(mu);    // key -> queues index
+  std::vector<std::unique_ptr<QueueState>> queues SLUICE_GUARDED_BY(mu);  // null once pruned
+  std::map<uint64_t, SegmentState> segments SLUICE_GUARDED_BY(mu);
+  std::vector<uint32_t> delivered_list SLUICE_GUARDED_BY(mu);  // queues with delivered_dirty
+  std::string key SLUICE_GUARDED_BY(mu);                       // scratch for lookups
 
   uint64_t next_seq = 1;
   uint64_t next_segment = 1;
@@ -339,12 +342,21 @@ struct LogState {
   uint64_t sync_done = 0;  // sync_mu
   std::atomic<uint64_t> sync_req_seen{0};
 
+  // The spill thread is the only writer of `queues` and `segments`: it changes them under mu,
+  // for the readers on other threads, and reads them without it. These are those reads (and
+  // open's, before the thread starts), where the analysis cannot know who calls.
+  QueueState& writer_queue(uint32_t qi) SLUICE_NO_THREAD_SAFETY_ANALYSIS { return *queues[qi]; }
+  SegmentState& writer_segment(uint64_t n) SLUICE_NO_THREAD_SAFETY_ANALYSIS {
+    return segments.at(n);
+  }
+
   // Helpers shared by both files.
   static void make_key(std::string& key, std::string_view vhost, std::string_view queue);
-  QueueState* find_queue(std::string_view vhost, std::string_view queue) const;  // mu held
-  uint32_t queue_index(std::string_view vhost, std::string_view queue);          // mu held
-  void note_backlog(uint32_t q);  // mu held: queue an on_backlog event if emptiness changed
-  void fire_events();             // mu not held
+  QueueState* find_queue(std::string_view vhost, std::string_view queue) const SLUICE_REQUIRES(mu);
+  uint32_t queue_index(std::string_view vhost, std::string_view queue) SLUICE_REQUIRES(mu);
+  // Queues an on_backlog event if the queue's emptiness changed.
+  void note_backlog(uint32_t q) SLUICE_REQUIRES(mu);
+  void fire_events() SLUICE_EXCLUDES(mu);
   void log_event(LogSeverity s, std::string_view event, std::initializer_list<LogField> f);
 
   // spill_thread.cc
@@ -355,22 +367,22 @@ struct LogState {
   // Anything to do; `disk`: while a batch is written (producers count only past half full).
   bool work_available(bool disk) const;
   void fail_batches(AppendStatus st);
-  void prune_queues_locked();
+  void prune_queues_locked() SLUICE_REQUIRES(mu);
   bool apply_deliveries();
   void start_batch(SegmentState& seg);
   void submit();
   void on_batch_done(bool ok, int err);
   void complete_entries(const std::vector<BatchEntry>& entries);
   bool reap(bool wait);
-  void top_up_chunks();  // mu not held: spare backlog chunks back to EntryChunks::kTopUp
+  void top_up_chunks() SLUICE_EXCLUDES(mu);  // spare backlog chunks back to EntryChunks::kTopUp
   void arm_wake();
   void maybe_cursors(bool force_sync);
   void maybe_delete();
-  void drop_front(QueueState& q, uint32_t qi);
+  void drop_front(QueueState& q, uint32_t qi) SLUICE_REQUIRES(mu);
   bool make_room_for_segment(AppendStatus* refusal);
   bool create_segment(AppendStatus* refusal);
-  CursorSnapshot snapshot_locked() const;
-  void delete_segment_locked(std::map<uint64_t, SegmentState>::iterator it);
+  CursorSnapshot snapshot_locked() const SLUICE_REQUIRES(mu);
+  void delete_segment_locked(std::map<uint64_t, SegmentState>::iterator it) SLUICE_REQUIRES(mu);
 };
 
 }  // namespace sluice::queue

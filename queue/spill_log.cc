@@ -174,7 +174,7 @@ void LogState::fire_events() {
   if (events.empty()) return;
   if (opt.on_backlog) {
     for (auto [qi, nonempty] : events) {
-      const QueueState& q = *queues[qi];  // pruned only when empty and reported, after this
+      const QueueState& q = writer_queue(qi);  // pruned only when empty and reported, after this
       opt.on_backlog(BacklogEvent{q.vhost, q.queue, nonempty});
     }
   }
@@ -229,7 +229,7 @@ bool lock_spill_dir(LogState& s, std::string* error) {
 
 // The queue index in `s` of each recovered queue name, each queue given its delivery cursor.
 std::vector<uint32_t> adopt_queues(LogState& s, const RecoveredLog& rec,
-                                   const CursorSnapshot& cursors) {
+                                   const CursorSnapshot& cursors) SLUICE_REQUIRES(s.mu) {
   std::unordered_map<std::string, uint64_t> cursor_of;
   for (const CursorEntry& c : cursors.entries) {
     LogState::make_key(s.key, c.vhost, c.queue);
@@ -247,7 +247,7 @@ std::vector<uint32_t> adopt_queues(LogState& s, const RecoveredLog& rec,
 // Takes over the recovered segments: messages at or below their queue's cursor are counted as
 // delivered, the rest rebuild the queues' backlogs. Returns the segments' bytes on disk.
 uint64_t adopt_segments(LogState& s, RecoveredLog& rec, const std::vector<uint32_t>& qmap,
-                        RecoveryReport* report) {
+                        RecoveryReport* report) SLUICE_REQUIRES(s.mu) {
   uint64_t disk = 0;
   for (RecoveredSegment& rs : rec.segments) {
     SegmentState seg;
@@ -280,7 +280,7 @@ uint64_t adopt_segments(LogState& s, RecoveredLog& rec, const std::vector<uint32
 
 // Fully delivered segments go now (the cursor file that says so is already on disk); the
 // newest stays, its header carries the sequence high-water mark.
-void delete_delivered_segments(LogState& s, RecoveryReport* report) {
+void delete_delivered_segments(LogState& s, RecoveryReport* report) SLUICE_REQUIRES(s.mu) {
   for (auto it = s.segments.begin(); it != s.segments.end();) {
     auto next = std::next(it);
     if (it->second.live == 0 && next != s.segments.end()) {
@@ -295,11 +295,14 @@ void delete_delivered_segments(LogState& s, RecoveryReport* report) {
 // and logs every issue and the summary.
 void report_recovery(LogState& s, RecoveryReport* report) {
   uint64_t backlog = 0;
-  for (uint32_t qi = 0; qi < s.queues.size(); ++qi) {
-    if (!s.queues[qi]) continue;
-    backlog += s.queues[qi]->backlog.size();
-    if (!s.queues[qi]->backlog.empty()) ++report->queues;
-    s.note_backlog(qi);
+  {
+    base::MutexLock l(s.mu);
+    for (uint32_t qi = 0; qi < s.queues.size(); ++qi) {
+      if (!s.queues[qi]) continue;
+      backlog += s.queues[qi]->backlog.size();
+      if (!s.queues[qi]->backlog.empty()) ++report->queues;
+      s.note_backlog(qi);
+    }
   }
   s.metrics.backlog_messages.store(backlog, std::memory_order_relaxed);
   s.metrics.recovered_messages.store(report->messages, std::memory_order_relaxed);
@@ -396,12 +399,16 @@ std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* r
   RecoveredLog rec;
   if (!recover_dir(s.opt, &rec, report, error)) return nullptr;
 
-  const std::vector<uint32_t> qmap = adopt_queues(s, rec, cursors);
-  const uint64_t disk = adopt_segments(s, rec, qmap, report);
-  s.next_seq = std::max(rec.seq_max, cursors.seq_high) + 1;
-  s.next_segment = rec.segment_max + 1;
-  s.metrics.disk_bytes.store(disk, std::memory_order_relaxed);
-  delete_delivered_segments(s, report);
+  {
+    // No other thread runs yet; the lock is what the helpers' annotations ask for.
+    base::MutexLock l(s.mu);
+    const std::vector<uint32_t> qmap = adopt_queues(s, rec, cursors);
+    const uint64_t disk = adopt_segments(s, rec, qmap, report);
+    s.next_seq = std::max(rec.seq_max, cursors.seq_high) + 1;
+    s.next_segment = rec.segment_max + 1;
+    s.metrics.disk_bytes.store(disk, std::memory_order_relaxed);
+    delete_delivered_segments(s, report);
+  }
   report_recovery(s, report);
   s.fire_events();
 
@@ -469,7 +476,7 @@ void SpillLog::sync() {
 size_t SpillLog::locate(std::string_view vhost, std::string_view queue, uint64_t after_seq,
                         std::span<RecordLocation> out) const {
   const LogState& s = *st_;
-  std::lock_guard<std::mutex> l(s.mu);
+  base::MutexLock l(s.mu);
   const QueueState* q = s.find_queue(vhost, queue);
   if (!q || out.empty()) return 0;
   size_t n = 0;
@@ -507,7 +514,7 @@ ReadStatus SpillLog::read(const RecordLocation& loc, std::span<uint8_t> buf,
 bool SpillLog::mark_delivered(std::string_view vhost, std::string_view queue, uint64_t seq) {
   LogState& s = *st_;
   {
-    std::lock_guard<std::mutex> l(s.mu);
+    base::MutexLock l(s.mu);
     QueueState* q = s.find_queue(vhost, queue);
     if (!q) return false;
     if (seq <= q->delivered_req) return true;
@@ -535,7 +542,7 @@ QueueStats stats_of(const QueueState& q) {
 }  // namespace
 
 std::vector<QueueStats> SpillLog::queues() const {
-  std::lock_guard<std::mutex> l(st_->mu);
+  base::MutexLock l(st_->mu);
   std::vector<QueueStats> out;
   for (const auto& q : st_->queues)
     if (q) out.push_back(stats_of(*q));
@@ -543,7 +550,7 @@ std::vector<QueueStats> SpillLog::queues() const {
 }
 
 std::optional<QueueStats> SpillLog::queue(std::string_view vhost, std::string_view queue) const {
-  std::lock_guard<std::mutex> l(st_->mu);
+  base::MutexLock l(st_->mu);
   const QueueState* q = st_->find_queue(vhost, queue);
   if (!q) return std::nullopt;
   return stats_of(*q);

@@ -41,7 +41,7 @@ int open_direct(const std::string& path, std::string* why) {
 bool LogState::apply_deliveries() {
   uint64_t popped = 0;
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(mu);
     if (delivered_list.empty()) return false;
     for (uint32_t qi : delivered_list) {
       QueueState& q = *queues[qi];
@@ -95,7 +95,7 @@ void LogState::maybe_cursors(bool force_sync) {
   if (!force_sync && writer->finished_gen() < cursor_submitted_gen) return;  // writer busy
   CursorSnapshot s;
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(mu);
     s = snapshot_locked();
   }
   const uint64_t gen = ++cursor_gen;
@@ -137,7 +137,7 @@ void LogState::maybe_delete() {
   fire_events();
   const uint64_t persisted = writer->persisted_gen();
   bool deleted = false;
-  std::lock_guard<std::mutex> l(mu);
+  base::MutexLock l(mu);
   if (segments.empty()) return;
   const uint64_t newest = segments.rbegin()->first;
   for (auto it = segments.begin(); it != segments.end();) {
@@ -172,7 +172,7 @@ bool LogState::make_room_for_segment(AppendStatus* refusal) {
     return false;
   }
   while (!fits()) {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(mu);
     auto oldest = segments.begin();
     if (oldest == segments.end() || oldest->first == active || !oldest->second.sealed) break;
     for (uint32_t qi = 0; qi < queues.size(); ++qi) {
@@ -237,7 +237,7 @@ bool LogState::create_segment(AppendStatus* refusal) {
   seg.durable_end = seg.write_end = kSegmentHeaderBytes;
   seg.disk_bytes = opt.segment_bytes;
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(mu);
     segments.emplace(number, std::move(seg));
   }
   active = number;

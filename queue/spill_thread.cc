@@ -52,7 +52,7 @@ bool LogState::work_available(bool disk) const {
     if (disk ? p->past_half() : p->ring_.read_available() > 0) return true;
   if (stopping.load(std::memory_order_relaxed)) return true;
   if (sync_req_seen.load(std::memory_order_acquire) > sync_handled) return true;
-  std::lock_guard<std::mutex> l(mu);
+  base::MutexLock l(mu);
   return !delivered_list.empty();
 }
 
@@ -208,10 +208,10 @@ LogState::Place LogState::place(SpillProducer& p, const AppendMsg& m, uint64_t n
     return refuse(AppendStatus::kTooLarge);
   uint32_t qi;
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(mu);
     qi = queue_index(vhost, queue);
   }
-  QueueState& q = *queues[qi];
+  QueueState& q = writer_queue(qi);
   const uint64_t messages_max = queue_messages_max.load(std::memory_order_relaxed);
   const uint64_t bytes_max = queue_bytes_max.load(std::memory_order_relaxed);
   if (rec > bytes_max) return refuse(AppendStatus::kQueueFull);
@@ -219,16 +219,16 @@ LogState::Place LogState::place(SpillProducer& p, const AppendMsg& m, uint64_t n
          q.pending_bytes + q.backlog_bytes + rec > bytes_max) {
     if (opt.on_full != OnFull::kDropOldest || q.backlog.empty())
       return refuse(AppendStatus::kQueueFull);
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(mu);
     drop_front(q, qi);
   }
-  if (active != 0 && segments.at(active).sealing) return Place::kStall;
+  if (active != 0 && writer_segment(active).sealing) return Place::kStall;
   if (active == 0) {
     if (create_tried) return refuse(create_status);
     create_tried = true;
     if (!create_segment(&create_status)) return refuse(create_status);
   }
-  SegmentState& seg = segments.at(active);
+  SegmentState& seg = writer_segment(active);
   if (!acc->has_writes()) start_batch(seg);  // refusals may be in it: they are not laid out
   SLUICE_ASSERT(acc->segment == active);
   const bool define = q.defined_in != active;
@@ -281,7 +281,7 @@ LogState::Place LogState::place(SpillProducer& p, const AppendMsg& m, uint64_t n
   acc->used += bytes;
   ++seg.placed;
   seg.last_seq = seq;
-  std::lock_guard<std::mutex> l(mu);
+  base::MutexLock l(mu);
   ++q.pending;
   q.pending_bytes += bytes;
   note_backlog(qi);
@@ -315,7 +315,7 @@ void LogState::submit() {
     return;
   }
   std::swap(acc, fly);
-  SegmentState& seg = segments.at(fly->segment);
+  SegmentState& seg = writer_segment(fly->segment);
   const int fd = fly->direct ? seg.file->direct_fd : seg.file->fd;
   const uint8_t* from = fly->data();
   uint64_t at = fly->file_offset;
@@ -366,7 +366,7 @@ void LogState::on_batch_done(bool ok, int err) {
       std::min<size_t>(std::bit_width(lat / 1000), SpillMetrics::kFsyncBuckets - 1);
   metrics.fsync_us_hist[bucket].fetch_add(1, std::memory_order_relaxed);
   inflight = false;
-  SegmentState& seg = segments.at(fly->segment);
+  SegmentState& seg = writer_segment(fly->segment);
   if (!ok) {
     fail_batches(status_of_errno(err));
     const std::string e = std::strerror(err);
@@ -380,7 +380,7 @@ void LogState::on_batch_done(bool ok, int err) {
   disk_error_logged = false;
   uint64_t n = 0;
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(mu);
     seg.durable_end = fly->file_offset + fly->used;
     for (const BatchEntry& e : fly->entries) {
       if (e.status != AppendStatus::kDurable) continue;
@@ -430,23 +430,23 @@ void LogState::on_batch_done(bool ok, int err) {
 void LogState::top_up_chunks() {
   size_t n;
   {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(mu);
     n = chunks.missing();
   }
   if (n == 0) return;
   for (size_t i = 0; i < n; ++i)
     fresh_chunks.push_back(EntryChunks::fresh());
-  std::lock_guard<std::mutex> l(mu);
+  base::MutexLock l(mu);
   chunks.add(fresh_chunks);
 }
 
 void LogState::fail_batches(AppendStatus st) {
-  SegmentState& seg = segments.at(fly->segment);
+  SegmentState& seg = writer_segment(fly->segment);
   metrics.disk_errors.fetch_add(1, std::memory_order_relaxed);
   // The accumulating batch was laid out after the failed one (offsets, queue definitions), so
   // it fails too; the next batch starts again at the last durable offset.
   for (Batch* b : {fly, acc}) {
-    std::lock_guard<std::mutex> l(mu);
+    base::MutexLock l(mu);
     for (BatchEntry& e : b->entries) {
       if (e.status != AppendStatus::kDurable) continue;
       e.status = st;
