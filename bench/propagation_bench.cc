@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <future>
 #include <memory>
@@ -64,6 +65,7 @@ Clock::time_point wait_applied(const std::vector<std::unique_ptr<sc::ReplicaWork
 std::vector<uint64_t> applied_plus(const std::vector<std::unique_ptr<sc::ReplicaWorker>>& w,
                                    uint64_t n) {
   std::vector<uint64_t> t;
+  t.reserve(w.size());
   for (const auto& x : w)
     t.push_back(x->applied() + n);
   return t;
@@ -80,7 +82,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   int rounds = 5;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--rounds=", 9) == 0) {
@@ -234,4 +236,15 @@ int main(int argc, char** argv) {
   }
   std::printf("every pin checked in every replica: ok\n");
   return 0;
+}
+
+// An exception that escapes (a failed allocation, a library's error) ends the run with a line
+// naming it rather than std::terminate's abort.
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "propagation_bench: %s\n", e.what());
+    return 1;
+  }
 }

@@ -120,6 +120,7 @@ SpillResult run_spill(const std::string& dir, double seconds, bool per_producer)
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   std::vector<std::string> queues;
+  queues.reserve(16);
   for (int q = 0; q < 16; ++q)
     queues.push_back("bench" + std::to_string(q));
   const auto t0 = Clock::now();
@@ -146,7 +147,7 @@ SpillResult run_spill(const std::string& dir, double seconds, bool per_producer)
       auto append = [&](uint32_t k) {
         // std::to_chars, not snprintf: the clients share the 2 cores with the spill thread.
         char* e = std::to_chars(headers + 9, headers + 30, t * per + k).ptr;
-        std::memcpy(headers, "producer:", 9);
+        std::copy_n("producer:", 9, headers);
         *e++ = '\n';
         *e++ = 'n';
         *e++ = ':';

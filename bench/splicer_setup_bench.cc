@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
       Session x;
       x.client = make_client(uint16_t(1024 + k % 60'000), uint32_t(0x10000000u + k * 100'003u));
       x.client.ip = ip4(10, 0, 1, uint8_t(2 + (k / 60'000) % 250));
-      batch.push_back(std::move(x));
+      batch.push_back(x);
     }
     started += n;
     if (!run_batch(d, batch)) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <exception>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -27,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/beast.h"
+#include "control/log.h"
 
 namespace sluice::control {
 namespace {
@@ -155,7 +157,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
         timer_(state_->io),
         id_(id),
         counted_(counted) {}
-  ~Connection() { stop(); }
+  // asio's cancel() throws on a failure it never has on Linux; a destructor logs it instead.
+  ~Connection() {
+    try {
+      stop();
+    } catch (const std::exception& e) {
+      log_event(LogLevel::kWarn, "admin_connection_close_failed", {{"error", e.what()}});
+    }
+  }
 
   void start() { wait_request(); }
 
@@ -388,7 +397,11 @@ AdminServer::AdminServer(asio::io_context& io, AdminHandler handler, AdminServer
     : state_(std::make_shared<AdminServerState>(io, std::move(handler), limits)) {}
 
 AdminServer::~AdminServer() {
-  close();
+  try {
+    close();
+  } catch (const std::exception& e) {
+    log_event(LogLevel::kWarn, "admin_server_close_failed", {{"error", e.what()}});
+  }
 }
 
 std::optional<std::string> AdminServer::listen_unix(const std::string& path) {

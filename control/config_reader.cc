@@ -125,7 +125,7 @@ bool valid_name(std::string_view s) {
   });
 }
 
-Table::Table(const toml::table& t, std::string path, std::string where,
+Table::Table(const toml::table& t, std::string path, const std::string& where,
              std::initializer_list<std::string_view> known)
     : t_(t), path_(std::move(path)) {
   const toml::key* unknown = nullptr;

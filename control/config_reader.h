@@ -51,7 +51,7 @@ struct Item {
 // and reads the known ones with their types and ranges. Refers to the table, which must outlive it.
 class Table {
  public:
-  Table(const toml::table& t, std::string path, std::string where,
+  Table(const toml::table& t, std::string path, const std::string& where,
         std::initializer_list<std::string_view> known);
 
   std::string key(std::string_view k) const;

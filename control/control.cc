@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <unordered_set>
@@ -98,8 +99,13 @@ Control::Control(boost::asio::io_context& io, GatewayConfig config, Secrets secr
   set_log_level(config_.log_level);
 }
 
+// stop() saves the table; what fails there is logged, as a destructor cannot report it.
 Control::~Control() {
-  stop();
+  try {
+    stop();
+  } catch (const std::exception& e) {
+    log_event(LogLevel::kError, "control_stop_failed", {{"error", e.what()}});
+  }
 }
 
 std::string Control::state_path() const {
@@ -534,7 +540,7 @@ void Control::save_soon() {
 
 // On the writer's thread: counts, and on failure marks the table dirty again on the control
 // thread, where a retry is scheduled.
-void Control::on_saved(std::weak_ptr<int> alive, const std::optional<StateFileError>& e) {
+void Control::on_saved(const std::weak_ptr<int>& alive, const std::optional<StateFileError>& e) {
   if (alive.expired()) return;
   boost::asio::post(io_, [this, alive, e] {
     if (alive.expired()) return;

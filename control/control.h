@@ -232,7 +232,7 @@ class Control {
   // State file: rendered here, written by writer_ off this thread.
   void mark_dirty();
   void save_soon();
-  void on_saved(std::weak_ptr<int> alive, const std::optional<StateFileError>& e);
+  void on_saved(const std::weak_ptr<int>& alive, const std::optional<StateFileError>& e);
   void save_now();
   std::string state_path() const;
 

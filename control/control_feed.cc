@@ -28,7 +28,7 @@ void Control::run_feed() {
   s.passcode = secrets_.feed_passcode;
   s.timeout_ms = config_.rabbitmq_feed.timeout_ms;
   std::weak_ptr<int> alive = alive_;
-  poll_rabbit_feed(io_, s, [this, alive](FeedPoll poll) {
+  poll_rabbit_feed(io_, s, [this, alive](const FeedPoll& poll) {
     if (alive.expired() || !running_) return;
     feed_in_flight_ = false;
     on_feed(poll);

@@ -107,7 +107,7 @@ void Control::run_probe(NodeIndex i) {
   const uint64_t generation = n.generation;
   std::weak_ptr<int> alive = alive_;
   start_probe(io_, config_.nodes[i].host, config_.nodes[i].port, probe_settings(),
-              [this, alive, i, generation](ProbeResult r) {
+              [this, alive, i, generation](const ProbeResult& r) {
                 if (alive.expired() || !running_) return;
                 // A reload that changed the node's address started a new probe cycle.
                 if (nodes_[i]->generation != generation) return;

@@ -132,7 +132,7 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
   if (!setting(key)) {
     return OpError{404, "no setting named \"" + k + "\"; settings are: " + keys_list()};
   }
-  auto bad = [&](std::string why) { return OpError{400, k + ": " + why}; };
+  auto bad = [&](const std::string& why) { return OpError{400, k + ": " + why}; };
   if (key == "log_level") {
     std::optional<LogLevel> l = parse_log_level(value);
     if (!l) return bad("must be \"debug\", \"info\", \"warn\" or \"error\"");

@@ -74,11 +74,11 @@ class Probe : public std::enable_shared_from_this<Probe> {
       if (self->finished_ || ec == asio::error::operation_aborted) return;
       self->finish(false, "timed out after " + std::to_string(self->settings_.timeout_ms) + " ms");
     });
-    resolver_.async_resolve(
-        host_, std::to_string(port_), tcp::resolver::numeric_service,
-        [self = shared_from_this()](const error_code& ec, tcp::resolver::results_type results) {
-          self->on_resolved(ec, std::move(results));
-        });
+    resolver_.async_resolve(host_, std::to_string(port_), tcp::resolver::numeric_service,
+                            [self = shared_from_this()](
+                                const error_code& ec, const tcp::resolver::results_type& results) {
+                              self->on_resolved(ec, results);
+                            });
   }
 
  private:
@@ -88,7 +88,7 @@ class Probe : public std::enable_shared_from_this<Probe> {
     return (v6 ? "[" + host_ + "]" : host_) + ":" + std::to_string(port_);
   }
 
-  void on_resolved(const error_code& ec, tcp::resolver::results_type results) {
+  void on_resolved(const error_code& ec, const tcp::resolver::results_type& results) {
     if (finished_) return;
     if (ec) return finish(false, "resolve " + host_ + ": " + ec.message());
     asio::async_connect(socket_, results,

@@ -158,7 +158,7 @@ class Attempt : public std::enable_shared_from_this<Attempt> {
   void start();
 
  private:
-  void on_resolved(const error_code& ec, tcp::resolver::results_type results);
+  void on_resolved(const error_code& ec, const tcp::resolver::results_type& results);
   void on_connected(const error_code& ec);
   void on_written(const error_code& ec);
   void on_head(const error_code& ec);
@@ -166,7 +166,7 @@ class Attempt : public std::enable_shared_from_this<Attempt> {
   std::string read_failure(const error_code& ec) const;
   // Ends the attempt: stops every pending operation (their handlers see finished_) and reports.
   bool end();
-  void fail(std::string reason);
+  void fail(const std::string& reason);
 
   std::shared_ptr<FeedPollOp> op_;
   const FeedUrl target_;
@@ -202,7 +202,7 @@ class FeedPollOp : public std::enable_shared_from_this<FeedPollOp> {
     next();
   }
 
-  void attempt_answered(std::string body) {
+  void attempt_answered(std::string_view body) {
     size_t skipped = 0;
     auto parsed = parse_rabbit_queues(body, &skipped);
     if (auto* error = std::get_if<std::string>(&parsed)) {
@@ -257,14 +257,15 @@ void Attempt::start() {
     if (self->finished_ || ec == asio::error::operation_aborted) return;
     self->fail("timed out after " + std::to_string(self->timeout_ms_) + " ms");
   });
-  resolver_.async_resolve(
-      target_.host, std::to_string(target_.port), tcp::resolver::numeric_service,
-      [self = shared_from_this()](const error_code& ec, tcp::resolver::results_type results) {
-        self->on_resolved(ec, std::move(results));
-      });
+  resolver_.async_resolve(target_.host, std::to_string(target_.port),
+                          tcp::resolver::numeric_service,
+                          [self = shared_from_this()](const error_code& ec,
+                                                      const tcp::resolver::results_type& results) {
+                            self->on_resolved(ec, results);
+                          });
 }
 
-void Attempt::on_resolved(const error_code& ec, tcp::resolver::results_type results) {
+void Attempt::on_resolved(const error_code& ec, const tcp::resolver::results_type& results) {
   if (finished_) return;
   if (ec) return fail("resolve: " + ec.message());
   asio::async_connect(socket_, results,
@@ -338,7 +339,7 @@ bool Attempt::end() {
   return true;
 }
 
-void Attempt::fail(std::string reason) {
+void Attempt::fail(const std::string& reason) {
   if (!end()) return;
   op_->attempt_failed(reason);
 }

@@ -217,7 +217,8 @@ NodeIndex ReplicaRouter::spread(uint64_t session_hash, uint32_t rank) const {
   for (uint32_t pass = 0; pass <= rank; ++pass) {
     best = kNoNode;
     uint64_t best_score = 0;
-    for (NodeIndex n = 0; n < r.node_count(); ++n) {
+    for (size_t i = 0; i < r.node_count(); ++i) {
+      const auto n = NodeIndex(i);  // at most kNodesMax nodes
       if (!usable(n)) continue;
       const uint64_t x = score(n);
       if (pass > 0 && x >= below) continue;

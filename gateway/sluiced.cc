@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -453,9 +454,7 @@ int run(const std::string& path) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   CLI::App app{"sluiced: the Sluice STOMP gateway daemon"};
   std::string config_path = "/etc/sluice/sluice.toml";
   bool check = false;
@@ -476,4 +475,16 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   if (check) return check_config(config_path);
   return run(config_path);
+}
+
+}  // namespace
+
+// What escapes the daemon (an allocation failure, a library's exception) ends it with a line
+// naming the cause rather than std::terminate's abort.
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    return fail(kExitStartFailed, std::string("unexpected error: ") + e.what());
+  }
 }

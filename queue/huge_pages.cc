@@ -20,12 +20,13 @@ void* huge_alloc(size_t bytes) {
   const size_t over = len + kHugePageBytes;
   void* m = ::mmap(nullptr, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) throw std::bad_alloc();
+  // The offsets are computed on the address, the pointers by arithmetic on the mapping.
+  char* const base = static_cast<char*>(m);
   const uintptr_t start = reinterpret_cast<uintptr_t>(m);
-  const uintptr_t aligned = (start + kHugePageBytes - 1) & ~uintptr_t(kHugePageBytes - 1);
-  if (aligned > start) ::munmap(m, aligned - start);
-  if (const uintptr_t end = start + over, used = aligned + len; end > used)
-    ::munmap(reinterpret_cast<void*>(used), end - used);
-  void* p = reinterpret_cast<void*>(aligned);
+  const size_t head = ((start + kHugePageBytes - 1) & ~uintptr_t(kHugePageBytes - 1)) - start;
+  if (head > 0) ::munmap(base, head);
+  if (const size_t tail = over - head - len; tail > 0) ::munmap(base + head + len, tail);
+  void* p = base + head;
   ::madvise(p, len, MADV_HUGEPAGE);  // a hint: without it (or on failure) small pages serve
   return p;
 }

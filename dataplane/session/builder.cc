@@ -38,10 +38,16 @@ void FrameWriter::put_escaped(std::string_view s, bool is_name) {
     if (j == s.size()) return;
     const char c = s[j];
     i = j + 1;
-    if (c == '\0') {
-      // No STOMP version can carry a NUL in a header: it would end the frame.
+    // No STOMP version can carry a NUL in a header: it would end the frame. Unescaped frames
+    // (1.0, CONNECTED) cannot carry LF, CR or a name's colon at all; 1.1 has no escape for CR,
+    // and a raw CR before LF would read as a line end.
+    const bool fits = c != '\0' && (escaped_ ? c != '\r' || version_ >= Version::k1_2
+                                             : c != '\n' && c != '\r' && !(is_name && c == ':'));
+    if (!fits) {
       ok_ = false;
-    } else if (escaped_) {
+    } else if (!escaped_) {
+      put(std::string_view(&c, 1));
+    } else {
       switch (c) {
         case '\n':
           put("\\n");
@@ -52,20 +58,10 @@ void FrameWriter::put_escaped(std::string_view s, bool is_name) {
         case '\\':
           put("\\\\");
           break;
-        default:
-          // CR: 1.1 has no escape for it, and a raw CR before LF would read as a line end.
-          if (version_ >= Version::k1_2) {
-            put("\\r");
-          } else {
-            ok_ = false;
-          }
+        default:  // CR
+          put("\\r");
           break;
       }
-    } else if (c == '\n' || c == '\r' || (is_name && c == ':')) {
-      // Unescaped frames (1.0, CONNECTED) cannot carry these octets at all.
-      ok_ = false;
-    } else {
-      put(std::string_view(&c, 1));
     }
   }
 }

@@ -28,7 +28,7 @@ std::string EngineOptions::validate() const {
 
 std::unique_ptr<Engine> Engine::open(const EngineOptions& options,
                                      const session::SessionConfig& session,
-                                     std::vector<WorkerParts> parts, LogFn log,
+                                     std::vector<WorkerParts> parts, const LogFn& log,
                                      std::string* error) {
   if (std::string e = options.validate(); !e.empty()) {
     *error = e;

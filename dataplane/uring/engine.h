@@ -236,7 +236,7 @@ class Engine {
   // address cannot be bound or io_uring is unavailable.
   static std::unique_ptr<Engine> open(const EngineOptions& options,
                                       const session::SessionConfig& session,
-                                      std::vector<WorkerParts> parts, LogFn log,
+                                      std::vector<WorkerParts> parts, const LogFn& log,
                                       std::string* error);
   ~Engine();
   Engine(const Engine&) = delete;

@@ -365,11 +365,7 @@ struct Endpoint {
     if (s.p.options.has_timestamps) ts_echo = s.p.options.timestamps.value;
     const uint32_t end =
         s.p.seq + s.p.payload_bytes + (s.has(net::kSyn) ? 1 : 0) + (s.has(net::kFin) ? 1 : 0);
-    if (s.has(net::kSyn)) {
-      rcv_nxt = end;
-    } else if (s.p.seq == rcv_nxt) {
-      rcv_nxt = end;
-    }
+    if (s.has(net::kSyn) || s.p.seq == rcv_nxt) rcv_nxt = end;
   }
 };
 
@@ -408,12 +404,12 @@ inline Endpoint make_owner(const Sent& syn, uint32_t isn = 0x70000000, uint32_t 
 }
 
 inline std::string stomp_frame(std::string_view command,
-                               std::vector<std::pair<std::string, std::string>> headers,
+                               const std::vector<std::pair<std::string, std::string>>& headers,
                                std::string_view body = {}) {
   std::string f(command);
   f += '\n';
-  for (auto& [k, v] : headers)
-    f += k + ":" + v + "\n";
+  for (const auto& [k, v] : headers)
+    f.append(k).append(":").append(v).append("\n");
   f += '\n';
   f += body;
   f += '\0';

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -140,7 +141,7 @@ int drain(const std::string& dir, const DrainTarget& target, DrainerOptions opti
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   CLI::App app{"spill log fill and drain driver for the integration tests"};
   app.require_subcommand(1);
   std::string dir, vhost = "/", queues;
@@ -175,4 +176,15 @@ int main(int argc, char** argv) {
     std::getline(in, options.passcode);
   }
   return drain(dir, target, options, timeout_s);
+}
+
+// An exception that escapes (a failed allocation, a library's error) ends the run with a line
+// naming it rather than std::terminate's abort.
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spill_drain_tool: %s\n", e.what());
+    return 1;
+  }
 }

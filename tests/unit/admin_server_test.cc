@@ -326,7 +326,7 @@ TEST_F(AdminServerTest, GarbageAnswered400AndServerKeepsServing) {
   make_server();
   ASSERT_EQ(server_->listen_unix(path_), std::nullopt);
   start_io();
-  const std::string answer = exchange_raw(path_, std::string("\x01\x02 garbage\r\n\r\n", 15), 5000);
+  const std::string answer = exchange_raw(path_, std::string("\x01\x02 garbage\r\n\r\n"), 5000);
   EXPECT_THAT(answer, StartsWith("HTTP/1.1 400"));
   EXPECT_THAT(answer, HasSubstr("{\"error\":\"malformed HTTP request"));
   EXPECT_EQ(server_->counters().bad_requests, 1u);

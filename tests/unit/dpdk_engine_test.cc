@@ -42,7 +42,8 @@ const Sent& only(const std::vector<Sent>& v) {
 
 class Splicer : public ::testing::Test {
  protected:
-  explicit Splicer(engine::LcoreConfig c = default_config()) : b_(std::make_unique<Bench>(c)) {
+  explicit Splicer(const engine::LcoreConfig& c = default_config())
+      : b_(std::make_unique<Bench>(c)) {
     b_->lcore->add_neighbor(kOwnerIp, kOwnerMac);
     b_->lcore->add_neighbor(kSpillIp, kSpillMac);
   }
@@ -64,7 +65,7 @@ class Splicer : public ::testing::Test {
     EXPECT_EQ(sa.p.ack, c.isn + 1);
     c.snd_nxt = c.isn + 1;
     c.receive(sa);
-    const Sent copy = sa;
+    Sent copy = sa;
     EXPECT_TRUE(b().deliver(c.segment(net::kAck), 0).empty());
     EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kPrelude);
     return copy;
@@ -1360,7 +1361,7 @@ class EagerLogin : public Splicer {
     const Sent ack = only(on_port(out, 0));
     EXPECT_EQ(ack.p.payload_bytes, 0u);
     EXPECT_EQ(ack.p.ack, c.snd_nxt);
-    const Sent syn = only(on_port(out, 1));
+    Sent syn = only(on_port(out, 1));
     EXPECT_TRUE(syn.has(net::kSyn) && !syn.has(net::kAck));
     EXPECT_EQ(syn.p.seq, c.isn);
     EXPECT_EQ(b().lcore->flow_state(tuple_of(c)), FlowState::kPrelude);
@@ -2486,6 +2487,7 @@ TEST(EstablishedPath, SendsWhatTheGeneralPathSends) {
       for (int k = 0; k < 4; ++k) {
         Bench& b = k == 0 ? on : k == 1 ? off : k == 2 ? fast : fast_base;
         std::vector<Frame*> frames;
+        frames.reserve(burst.size());
         for (const auto& [bytes, port] : burst)
           frames.push_back(b.pool.frame(bytes, port));
         sent[k] = k >= 2 ? b.deliver_as_driver(frames) : b.deliver(frames);

@@ -580,8 +580,8 @@ TEST_F(DpdkPortTest, LoopSendsEachRunOfTheFastPathByItsPort) {
   };
   // Runs b b | a | b b | a a: four runs, two ports.
   const bool back[] = {false, false, true, false, false, true, true};
-  for (uint8_t i = 0; i < std::size(back); ++i)
-    put(i, back[i]);
+  for (size_t i = 0; i < std::size(back); ++i)
+    put(uint8_t(i), back[i]);
   EXPECT_EQ(loop.run_once(), std::size(back));
   const auto numbers = [&](RingPort& port) {
     std::vector<int> seen;
@@ -608,6 +608,7 @@ TEST_F(DpdkPortTest, LoopSendsEachRunOfTheFastPathByItsPort) {
     put(uint8_t(101 + i), false);
   EXPECT_EQ(loop.run_once(), LcoreLoop::kBurstMax);
   std::vector<int> want_b;
+  want_b.reserve(2 * LcoreLoop::kBurstMax);
   for (int i = 0; i < LcoreLoop::kBurstMax; ++i)
     want_b.push_back(10 + i);
   for (int i = 0; i < LcoreLoop::kBurstMax - 1; ++i)

@@ -269,6 +269,7 @@ std::map<std::string, std::vector<std::string>> by_queue(const std::vector<Recei
 
 std::vector<std::string> expected_bodies(const std::string& q, int count) {
   std::vector<std::string> v;
+  v.reserve(size_t(count));
   for (int i = 0; i < count; ++i)
     v.push_back(q + "-" + std::to_string(i));
   return v;

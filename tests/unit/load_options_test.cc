@@ -10,7 +10,7 @@
 namespace sluice::load {
 namespace {
 
-CommandLine parse(std::vector<std::string> args) {
+CommandLine parse(const std::vector<std::string>& args) {
   return parse_command_line(args);
 }
 

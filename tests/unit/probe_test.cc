@@ -356,7 +356,8 @@ TEST(ProbeTest, DestroyingIoContextWithProbeInFlightNeverCallsDone) {
   {
     asio::io_context io;
     StompPeer peer(io, StompPeer::Mode::kSilent);
-    start_probe(io, "127.0.0.1", peer.port(), stomp_settings(), [&calls](ProbeResult) { ++calls; });
+    start_probe(io, "127.0.0.1", peer.port(), stomp_settings(),
+                [&calls](const ProbeResult&) { ++calls; });
     ASSERT_TRUE(run_until(io, [&] { return peer.got_frame(); }));
   }
   EXPECT_EQ(calls, 0);
@@ -370,7 +371,7 @@ TEST(ProbeTest, ManyProbesEachCompleteOnce) {
   ProbeSettings s;
   s.timeout_ms = 10'000;
   for (int i = 0; i < 8; ++i) {
-    start_probe(io, "127.0.0.1", a.port(), s, [&](ProbeResult r) {
+    start_probe(io, "127.0.0.1", a.port(), s, [&](const ProbeResult& r) {
       ++calls;
       ok += r.ok ? 1 : 0;
     });

@@ -51,7 +51,7 @@ TEST(SpillLog, AppendsBecomeDurableAndReadBackInOrderPerQueue) {
   uint64_t last_seq = 0;
   for (int i = 0; i < 90; ++i) {
     const std::string q = "q" + std::to_string(i % 3);
-    const Completion c = append_wait(log->producer(uint32_t(i % 2)), uint64_t(i + 1), "/", q,
+    const Completion c = append_wait(log->producer(uint32_t(i % 2)), uint64_t(i) + 1, "/", q,
                                      "k:" + std::to_string(i) + "\n", body_of(i));
     ASSERT_EQ(c.status, AppendStatus::kDurable);
     EXPECT_EQ(c.token, uint64_t(i + 1));
@@ -317,7 +317,7 @@ TEST(SpillLog, RefusalsOpeningABatchDoNotMisplaceTheRecordsAfterThem) {
 // Direct batches rewrite the block they start in (its earlier records included) and pad to a
 // whole block; buffered ones write just their records. Both must leave the same records: every
 // one readable while the log runs and after a restart, across segment rollovers.
-void write_mixed_sizes_and_reopen(SpillOptions o, bool expect_direct) {
+void write_mixed_sizes_and_reopen(const SpillOptions& o, bool expect_direct) {
   const int n = 600;
   {
     RecoveryReport rep;

@@ -420,7 +420,7 @@ TEST(RabbitFeedPollTest, DestroyingIoContextWithPollInFlightNeverCallsDone) {
   {
     asio::io_context io;
     ApiServer server(io, [](const Request&) -> std::optional<Response> { return std::nullopt; });
-    poll_rabbit_feed(io, feed_settings({server.url()}), [&calls](FeedPoll) { ++calls; });
+    poll_rabbit_feed(io, feed_settings({server.url()}), [&calls](const FeedPoll&) { ++calls; });
     ASSERT_TRUE(run_until(io, [&] { return !server.requests().empty(); }));
   }
   EXPECT_EQ(calls, 0);

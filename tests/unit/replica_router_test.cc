@@ -147,7 +147,7 @@ TEST_F(ReplicaRouterTest, LoginNodesAreEveryHealthyNodeInTurnAndNoneWhenAllAreDo
   // The first choice is the default route's for the same session.
   EXPECT_EQ(router_->login_node("/", 12345, 0).node,
             router_->route(session::QueueKey{"/", "x", true}, 12345).node);
-  for (NodeIndex n = 0; n < nodes_.size(); ++n) {
+  for (NodeIndex n = 0; n < NodeIndex(nodes_.size()); ++n) {
     ASSERT_NO_FATAL_FAILURE(set_node(n, AdminState::kUp, HealthState::kDown));
   }
   EXPECT_EQ(router_->login_node("/", 12345, 0).kind, Kind::kSpill);

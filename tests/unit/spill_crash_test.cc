@@ -120,7 +120,7 @@ TEST(SpillCrash, EveryReportedAppendSurvivesSigkillAndNothingPartialDoes) {
     const std::string dir = base->path() + "/spill";
     const int kill_ms = int(rng() % kKillAfterMsMax);
     const bool from_start = it % kFromStartEvery == 0;
-    const std::string out = run_child(dir, uint64_t(it + 1), rng(), kill_ms, from_start);
+    const std::string out = run_child(dir, uint64_t(it) + 1, rng(), kill_ms, from_start);
     std::istringstream lines(out);
     std::string line;
     while (std::getline(lines, line)) {

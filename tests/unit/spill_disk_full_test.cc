@@ -130,7 +130,7 @@ class SpillDiskFull : public ::testing::Test {
       for (int i = 0; i < 50; ++i) {
         const std::string body(kBodyBytes, char('A' + i % 26));
         const Completion c =
-            test::append_wait(log->producer(0), uint64_t(10000 + i), "/", "full", "", body);
+            test::append_wait(log->producer(0), 10000 + uint64_t(i), "/", "full", "", body);
         ASSERT_EQ(c.status, AppendStatus::kDurable) << "append " << i << " after freeing space";
         durable[c.seq] = body;
       }

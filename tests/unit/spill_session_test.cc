@@ -47,7 +47,7 @@ struct Seen {
 class SpillSessionTest : public ::testing::Test {
  protected:
   // Runs a prelude over `connect` + `first`, which must bind, then starts the spill session.
-  void start(std::string connect, std::string first) {
+  void start(const std::string& connect, const std::string& first) {
     prelude_buf_.assign(config_.prelude_bytes_max, '\0');
     prelude_.emplace(config_, prelude_buf_, 0);
     std::string in = connect + first;
@@ -59,7 +59,7 @@ class SpillSessionTest : public ::testing::Test {
     session_.emplace(config_, limits_, spill_buf_, hooks_);
     session_->start(*prelude_);
   }
-  void start_default(std::string first) { start(connect(), std::move(first)); }
+  void start_default(const std::string& first) { start(connect(), first); }
   static std::string connect(std::string_view login = "alice", std::string_view pass = "secret") {
     return frame("CONNECT",
                  {{"accept-version", "1.2"}, {"host", "vh"}, {"login", login}, {"passcode", pass}});

@@ -569,7 +569,7 @@ class UringEngineTest : public ::testing::TestWithParam<Mode> {
       std::lock_guard<std::mutex> l(log_mu_);
       log_.push_back(std::move(line));
     };
-    engine_ = Engine::open(options_, config_, std::move(parts), std::move(log), &error);
+    engine_ = Engine::open(options_, config_, std::move(parts), log, &error);
     if (!engine_ && error.find("io_uring") != std::string::npos) {
       GTEST_SKIP() << "SKIPPED: io_uring is unavailable on this host: " << error;
     }
@@ -1125,7 +1125,7 @@ TEST_P(UringEngineTest, IdleSplicedSessionsParkTheirDescriptorsAndGetThemBackFor
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < kSessions; ++i) {
       const std::string up =
-          random_bytes(size_t(1000 + 7919 * i + round), uint64_t(i + 10 * round));
+          random_bytes(1000 + 7919 * size_t(i) + size_t(round), uint64_t(i) + 10 * uint64_t(round));
       ASSERT_TRUE(cs[i].send_all(up));
       std::optional<std::string> got = os[i].read_exact(up.size());
       ASSERT_TRUE(got) << "session " << i;
@@ -1790,6 +1790,7 @@ TEST_P(UringEngineTest, SessionsMaxHoldsAcrossWorkers) {
     return engine_->counters(0).active.load() + engine_->counters(1).active.load();
   };
   std::vector<Conn> held;
+  held.reserve(3);
   for (int i = 0; i < 3; ++i)
     held.push_back(client());
   ASSERT_TRUE(wait_until(kWait, [&] { return total_active() == 3; }));
@@ -1816,6 +1817,7 @@ TEST_P(UringEngineTest, ReceiveBufferShortageIsRetried) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   constexpr int kClients = 16;
   std::vector<Conn> cs;
+  cs.reserve(kClients);
   for (int i = 0; i < kClients; ++i)
     cs.push_back(client());
   ASSERT_TRUE(wait_until(kWait, [&] { return active() == kClients; }));

@@ -270,6 +270,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   std::vector<std::string> argv_strings{"sluice-load"};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<const char*> argv;
+  argv.reserve(argv_strings.size());
   for (const std::string& s : argv_strings)
     argv.push_back(s.c_str());
   try {

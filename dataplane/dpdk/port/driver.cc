@@ -82,7 +82,7 @@ void LcoreLoop::stage_run(rte_mbuf** mbufs, uint16_t count, uint16_t port) {
   }
   while (count != 0) {
     const uint16_t n = std::min<uint16_t>(count, uint16_t(kTxStageMax - stage.count));
-    std::memcpy(&stage.mbufs[stage.count], mbufs, n * sizeof(rte_mbuf*));
+    std::copy_n(mbufs, n, &stage.mbufs[stage.count]);
     stage.count = uint16_t(stage.count + n);
     mbufs += n;
     count = uint16_t(count - n);
