@@ -254,8 +254,9 @@ void read_limits(const Table& root, GatewayConfig* c) {
     }
   }
   // The keys are valid one by one; the session core checks how they combine.
-  std::string why = c->session.validate();
-  if (!why.empty()) fail(t ? t->line() : 0, "limits", why);
+  if (auto valid = c->session.validate(); !valid) {
+    fail(t ? t->line() : 0, "limits", valid.error().message);
+  }
 }
 
 void read_health(const Table& root, GatewayConfig* c) {

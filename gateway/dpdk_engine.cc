@@ -185,56 +185,42 @@ DpdkEngine::~DpdkEngine() {
   stop();
 }
 
-std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
-                                             control::Control::Worker worker,
-                                             control::NodeDirectory& directory,
-                                             std::string* error) {
-  const control::DpdkConfig& d = c.dpdk;
-  // The EAL pins the calling thread to its main lcore; every thread sluiced starts later
-  // would inherit that. Keep the daemon's own CPU set.
-  cpu_set_t cpus;
-  const bool have_cpus = pthread_getaffinity_np(pthread_self(), sizeof cpus, &cpus) == 0;
-  std::string e = port::eal_init(d.eal_args);
-  if (have_cpus) pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
-  if (!e.empty()) {
-    *error = "dpdk.eal_args: " + e;
-    return nullptr;
-  }
-  auto impl = std::make_unique<Impl>();
-  port::MbufPoolConfig pc;
-  pc.name = "sluice_mbufs";
-  pc.count = d.mbufs;
-  pc.cache_size = kMbufCache;
-  port::MbufPool::Created created = port::MbufPool::create(pc);
-  if (!created.pool) {
-    *error = "dpdk.mbufs: " + created.error;
-    return nullptr;
-  }
-  impl->pool = std::move(created.pool);
+namespace {
 
-  std::vector<std::string> devices = d.ports;
-  if (!d.exception_port.empty()) devices.push_back(d.exception_port);
-  uint16_t max_id = 0;
+// The configured ports and the exception port, opened on `pool`, in that order.
+Result<std::vector<std::unique_ptr<port::Port>>> open_ports(const control::DpdkConfig& d,
+                                                            const std::vector<std::string>& devices,
+                                                            port::MbufPool& pool) {
+  std::vector<std::unique_ptr<port::Port>> ports;
   for (const std::string& dev : devices) {
     port::PortConfig cfg;
     cfg.device = dev;
-    port::Port::Opened opened = port::Port::open(cfg, *impl->pool);
+    port::Port::Opened opened = port::Port::open(cfg, pool);
     if (!opened.port) {
-      *error = (dev == d.exception_port ? "dpdk.exception_port: " : "dpdk.ports: ") + opened.error;
-      return nullptr;
+      return failure((dev == d.exception_port ? "dpdk.exception_port: " : "dpdk.ports: ") +
+                     opened.error);
     }
-    max_id = std::max(max_id, opened.port->id());
-    impl->ports.push_back(std::move(opened.port));
+    ports.push_back(std::move(opened.port));
   }
+  return ports;
+}
+
+// The lcore's settings from the config and the opened ports, with fresh random keys.
+Result<engine::LcoreConfig> lcore_config(const control::GatewayConfig& c,
+                                         const std::vector<std::string>& devices,
+                                         const std::vector<std::unique_ptr<port::Port>>& ports) {
+  const control::DpdkConfig& d = c.dpdk;
   auto id_of = [&](const std::string& dev) -> uint16_t {
     for (size_t i = 0; i < devices.size(); ++i)
-      if (devices[i] == dev) return impl->ports[i]->id();
+      if (devices[i] == dev) return ports[i]->id();
     return 0;
   };
-
+  uint16_t max_id = 0;
+  for (const auto& p : ports)
+    max_id = std::max(max_id, p->id());
   engine::LcoreConfig lc;
   lc.port_macs.resize(size_t(max_id) + 1);
-  for (const auto& p : impl->ports)
+  for (const auto& p : ports)
     std::copy(p->mac().begin(), p->mac().end(), lc.port_macs[p->id()].bytes.begin());
   lc.virtual_ip = d.virtual_ip;
   lc.listen_ports = {c.listen.port};
@@ -258,19 +244,48 @@ std::unique_ptr<DpdkEngine> DpdkEngine::open(const control::GatewayConfig& c,
           ssize_t(sizeof lc.flow_hash_key) ||
       getrandom(&lc.local_port_start, sizeof lc.local_port_start, 0) !=
           ssize_t(sizeof lc.local_port_start)) {
-    *error =
+    return failure(
         "dpdk: cannot read the SYN cookie and flow hash keys (and the first local port) "
-        "from getrandom()";
-    return nullptr;
+        "from getrandom()");
   }
-  if (std::string bad = lc.validate(); !bad.empty()) {
-    *error = "dpdk: " + bad;
-    return nullptr;
-  }
+  if (auto valid = lc.validate(); !valid) return failure("dpdk: " + valid.error().message);
+  return lc;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DpdkEngine>> DpdkEngine::open(const control::GatewayConfig& c,
+                                                     control::Control::Worker worker,
+                                                     control::NodeDirectory& directory) {
+  const control::DpdkConfig& d = c.dpdk;
+  // The EAL pins the calling thread to its main lcore; every thread sluiced starts later
+  // would inherit that. Keep the daemon's own CPU set.
+  cpu_set_t cpus;
+  const bool have_cpus = pthread_getaffinity_np(pthread_self(), sizeof cpus, &cpus) == 0;
+  std::string e = port::eal_init(d.eal_args);
+  if (have_cpus) pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
+  if (!e.empty()) return failure("dpdk.eal_args: " + e);
+  auto impl = std::make_unique<Impl>();
+  port::MbufPoolConfig pc;
+  pc.name = "sluice_mbufs";
+  pc.count = d.mbufs;
+  pc.cache_size = kMbufCache;
+  port::MbufPool::Created created = port::MbufPool::create(pc);
+  if (!created.pool) return failure("dpdk.mbufs: " + created.error);
+  impl->pool = std::move(created.pool);
+
+  std::vector<std::string> devices = d.ports;
+  if (!d.exception_port.empty()) devices.push_back(d.exception_port);
+  auto ports = open_ports(d, devices, *impl->pool);
+  if (!ports) return tl::unexpected(ports.error());
+  impl->ports = std::move(*ports);
+  Result<engine::LcoreConfig> lc = lcore_config(c, devices, impl->ports);
+  if (!lc) return tl::unexpected(lc.error());
+
   impl->router = std::make_unique<control::ReplicaRouter>(std::move(worker), directory, "dpdk0");
   impl->logins = std::make_unique<LoginCache>(c.login_cache_ms);
   impl->lcore =
-      std::make_unique<engine::Lcore>(lc, *impl->router, *impl->pool, 0, impl->logins.get());
+      std::make_unique<engine::Lcore>(*lc, *impl->router, *impl->pool, 0, impl->logins.get());
   impl->handler = std::make_unique<LcoreHandler>(*impl->lcore, *impl->router, impl->mutex,
                                                  impl->snapshot, impl->views);
   for (const auto& p : impl->ports) {

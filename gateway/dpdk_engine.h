@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/result.h"
 #include "control/config.h"
 #include "control/control.h"
 #include "control/router.h"
@@ -20,9 +21,9 @@ class DpdkEngine {
  public:
   // Starts the EAL, opens the ports and builds the lcore; nothing polls until start(). The
   // error names the config key or the device.
-  static std::unique_ptr<DpdkEngine> open(const control::GatewayConfig& config,
-                                          control::Control::Worker worker,
-                                          control::NodeDirectory& directory, std::string* error);
+  static Result<std::unique_ptr<DpdkEngine>> open(const control::GatewayConfig& config,
+                                                  control::Control::Worker worker,
+                                                  control::NodeDirectory& directory);
   ~DpdkEngine();
 
   void start();

@@ -248,24 +248,23 @@ std::optional<StartError> Daemon::open_workers() {
 }
 
 std::optional<StartError> Daemon::open_engines() {
-  std::string engine_error;
   engine_session_ = config_.session;
   if (config_.engine == EngineKind::kDpdk) {
     // The spill listener behind the DPDK engine answers the lcore's replay itself (the lcore
     // strips that CONNECTED); spill sessions keep the spill's own authentication.
     engine_session_.login_check = sluice::session::LoginCheck::kDeferred;
   }
-  engine_ = sluice::uring::Engine::open(engine_options(config_), engine_session_, parts_,
-                                        log_from_engine, &engine_error);
-  if (!engine_) return StartError{kExitStartFailed, "engine: " + engine_error};
+  auto engine = sluice::uring::Engine::open(engine_options(config_), engine_session_, parts_,
+                                            log_from_engine);
+  if (!engine) return StartError{kExitStartFailed, "engine: " + engine.error().message};
+  engine_ = std::move(*engine);
   engine_admin_.emplace(*engine_);
   sessions_admin_ = &*engine_admin_;
 #ifdef SLUICE_HAVE_DPDK
   if (config_.engine == EngineKind::kDpdk) {
-    std::string dpdk_error;
-    dpdk_ = sluice::gateway::DpdkEngine::open(config_, control_->attach_worker(), directory_,
-                                              &dpdk_error);
-    if (!dpdk_) return StartError{kExitStartFailed, dpdk_error};
+    auto dpdk = sluice::gateway::DpdkEngine::open(config_, control_->attach_worker(), directory_);
+    if (!dpdk) return StartError{kExitStartFailed, dpdk.error().message};
+    dpdk_ = std::move(*dpdk);
     dpdk_admin_ = std::make_unique<sluice::gateway::DpdkAdmin>(*engine_admin_, *dpdk_,
                                                                uint32_t(engine_->worker_count()));
     sessions_admin_ = dpdk_admin_.get();
@@ -294,10 +293,11 @@ std::optional<std::string> Daemon::apply_live(const Control::LiveSettings& l) {
            "with (" +
            std::to_string(connect_timeout_at_start) + "); restart to change it";
   }
-  if (auto e =
+  if (auto r =
           engine_->set_limits({uint32_t(l.sessions_max), uint32_t(l.sessions_per_source_max),
-                               uint32_t(l.prelude_sessions_max), uint32_t(l.connect_timeout_ms)})) {
-    return e;
+                               uint32_t(l.prelude_sessions_max), uint32_t(l.connect_timeout_ms)});
+      !r) {
+    return r.error().message;
   }
   if (auto e = spill_->set_tuning(l.spill_max_bytes, l.spill_queue_messages_max,
                                   l.spill_queue_bytes_max, uint32_t(l.drain_rate_per_second))) {

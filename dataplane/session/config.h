@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/result.h"
 #include "dataplane/session/stomp.h"
 
 namespace sluice::session {
@@ -56,8 +57,8 @@ struct SessionConfig {
     return c;
   }
 
-  // Empty when valid; otherwise names the first setting that is wrong.
-  std::string validate() const;
+  // An error naming the first setting that is wrong, if one is.
+  Result<> validate() const;
   bool operator==(const SessionConfig&) const = default;
 };
 

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/result.h"
 #include "dataplane/session/config.h"
 #include "dataplane/session/prelude.h"
 #include "dataplane/session/queue_key.h"
@@ -94,8 +95,8 @@ struct EngineOptions {
   uint32_t park_sessions_above = kParkAuto;
   session::SpillLimits spill_limits;
 
-  // Empty when valid; otherwise names the first wrong setting.
-  std::string validate() const;
+  // An error naming the first wrong setting, if one is.
+  Result<> validate() const;
 };
 
 // The limits an operator can change while the engine runs (`sluicectl set limits.*`, or a
@@ -232,12 +233,11 @@ class Worker;
 
 class Engine {
  public:
-  // Opens every worker's listener and ring; nothing, with *error saying what failed, when the
-  // address cannot be bound or io_uring is unavailable.
-  static std::unique_ptr<Engine> open(const EngineOptions& options,
-                                      const session::SessionConfig& session,
-                                      std::vector<WorkerParts> parts, const LogFn& log,
-                                      std::string* error);
+  // Opens every worker's listener and ring; the error says what failed when a setting is
+  // wrong, the address cannot be bound or io_uring is unavailable.
+  static Result<std::unique_ptr<Engine>> open(const EngineOptions& options,
+                                              const session::SessionConfig& session,
+                                              std::vector<WorkerParts> parts, const LogFn& log);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -256,9 +256,9 @@ class Engine {
   static constexpr std::chrono::milliseconds kSessionsWait{1000};
   std::vector<SessionView> sessions(size_t limit, size_t* total, std::vector<uint32_t>* unanswered,
                                     std::chrono::milliseconds wait = kSessionsWait);
-  // Applies new limits (any thread): empty when done, otherwise why not, and nothing changed.
+  // Applies new limits (any thread); on an error, which says why, nothing changed.
   // Sessions over a lowered limit are not closed; new ones are refused until below it.
-  std::optional<std::string> set_limits(const LiveLimits& limits);
+  Result<> set_limits(const LiveLimits& limits);
   LiveLimits limits() const;
 
  private:

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/result.h"
 #include "dataplane/session/owner_greeting.h"
 #include "dataplane/session/placement_budget.h"
 #include "dataplane/session/prelude.h"
@@ -208,7 +209,7 @@ class Worker {
          std::shared_ptr<const LiveLimitCells> live);
   ~Worker();
   // Creates the ring, the buffers and the listener (port 0: any; returns the port bound).
-  std::optional<std::string> open(uint16_t port, uint16_t* bound);
+  Result<uint16_t> open(uint16_t port);
   void start();
   void request_stop(uint32_t grace_ms);
   void join();
@@ -316,11 +317,11 @@ class Worker {
   void clear_park(Session& s);  // empties the pair of slots; the ring lets go of the sockets
 
   // worker_setup.cc: open()'s steps, in order.
-  std::optional<std::string> open_ring();
-  std::optional<std::string> open_recv_buffers();
+  Result<> open_ring();
+  Result<> open_recv_buffers();
   void open_parking(uint32_t sessions);
-  std::optional<std::string> open_session_memory(uint32_t sessions);
-  std::optional<std::string> open_listener(uint16_t port, uint16_t* bound);
+  Result<> open_session_memory(uint32_t sessions);
+  Result<uint16_t> open_listener(uint16_t port);
 
   // worker_spill.cc
   void start_spill(uint32_t slot);

@@ -108,7 +108,7 @@ void Worker::open_parking(uint32_t sessions) {
     free_parks_.push_back(i - 1);
 }
 
-std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
+Result<uint16_t> Worker::open(uint16_t port) {
   const uint32_t workers = options_.workers;
   const uint32_t sessions = options_.sessions_max;  // any worker may hold them all
   prelude_max_ = std::min(share(options_.prelude_sessions_max, workers), sessions);
@@ -116,17 +116,17 @@ std::optional<std::string> Worker::open(uint16_t port, uint16_t* bound) {
   grown_max_ =
       options_.pipe_bytes_max > options_.pipe_bytes ? share(options_.grown_pipes_max, workers) : 0;
 
-  if (auto e = open_ring()) return e;
-  if (auto e = open_recv_buffers()) return e;
+  if (auto r = open_ring(); !r) return tl::unexpected(r.error());
+  if (auto r = open_recv_buffers(); !r) return tl::unexpected(r.error());
   open_parking(sessions);
-  if (auto e = open_session_memory(sessions)) return e;
+  if (auto r = open_session_memory(sessions); !r) return tl::unexpected(r.error());
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) return std::string("eventfd: ") + std::strerror(errno);
-  return open_listener(port, bound);
+  if (wake_fd_ < 0) return failure(std::string("eventfd: ") + std::strerror(errno));
+  return open_listener(port);
 }
 
 // The ring, created disabled: the worker's thread enables it and so becomes its single issuer.
-std::optional<std::string> Worker::open_ring() {
+Result<> Worker::open_ring() {
   io_uring_params p{};
   p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL |
             IORING_SETUP_R_DISABLED;
@@ -139,18 +139,18 @@ std::optional<std::string> Worker::open_ring() {
     p.sq_thread_idle = 1000;
   }
   const int r = io_uring_queue_init_params(options_.ring_entries, &ring_, &p);
-  if (r < 0) return std::string("io_uring_queue_init: ") + std::strerror(-r);
+  if (r < 0) return failure(std::string("io_uring_queue_init: ") + std::strerror(-r));
   ring_ok_ = true;
-  return std::nullopt;
+  return {};
 }
 
 // Provided buffers for the receives of prelude and spill sessions.
-std::optional<std::string> Worker::open_recv_buffers() {
+Result<> Worker::open_recv_buffers() {
   recv_mask_ = io_uring_buf_ring_mask(options_.recv_buffers);
   buf_ring_bytes_ = sizeof(io_uring_buf) * options_.recv_buffers;
   void* mem =
       mmap(nullptr, buf_ring_bytes_, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
-  if (mem == MAP_FAILED) return std::string("mmap of the buffer ring failed");
+  if (mem == MAP_FAILED) return failure("mmap of the buffer ring failed");
   buf_ring_ = static_cast<io_uring_buf_ring*>(mem);
   io_uring_buf_reg reg{};
   reg.ring_addr = reinterpret_cast<uint64_t>(buf_ring_);
@@ -160,11 +160,11 @@ std::optional<std::string> Worker::open_recv_buffers() {
   if (r < 0) {
     munmap(buf_ring_, buf_ring_bytes_);
     buf_ring_ = nullptr;
-    return std::string("io_uring_register_buf_ring: ") + std::strerror(-r);
+    return failure(std::string("io_uring_register_buf_ring: ") + std::strerror(-r));
   }
   io_uring_buf_ring_init(buf_ring_);
   if (!recv_bufs_.map(size_t(options_.recv_buffers) * options_.recv_buffer_bytes)) {
-    return std::string("cannot reserve the receive buffers");
+    return failure("cannot reserve the receive buffers");
   }
   for (uint32_t i = 0; i < options_.recv_buffers; ++i) {
     io_uring_buf_ring_add(buf_ring_, recv_bufs_.at(size_t(i) * options_.recv_buffer_bytes),
@@ -172,12 +172,12 @@ std::optional<std::string> Worker::open_recv_buffers() {
   }
   io_uring_buf_ring_advance(buf_ring_, int(options_.recv_buffers));
 
-  return std::nullopt;
+  return {};
 }
 
 // Session memory, sized once at start: the session table, preludes, outs, spill sessions, the
 // pools' reservations and the header scratch.
-std::optional<std::string> Worker::open_session_memory(uint32_t sessions) {
+Result<> Worker::open_session_memory(uint32_t sessions) {
   sessions_.resize(sessions);
   free_sessions_.reserve(sessions);
   for (uint32_t i = sessions; i > 0; --i)
@@ -185,19 +185,19 @@ std::optional<std::string> Worker::open_session_memory(uint32_t sessions) {
   sources_.init(sessions);
   const size_t prelude_bytes = size_t(config_.prelude_bytes_max) + options_.recv_buffer_bytes +
                                options_.greeting_bytes_max + 3 * 4096;
-  if (!preludes_.init(prelude_max_, prelude_bytes)) return std::string("cannot reserve preludes");
+  if (!preludes_.init(prelude_max_, prelude_bytes)) return failure("cannot reserve preludes");
   for (uint32_t i = 0; i < prelude_max_; ++i) {
     PreludeSlot& ps = preludes_.object(i);
     ps.buf = preludes_.bytes(i);
     ps.carry = ps.buf + page_round(config_.prelude_bytes_max);
     ps.greet = ps.carry + page_round(options_.recv_buffer_bytes);
   }
-  if (!outs_.init(prelude_max_ + spill_max_, kOutBytes)) return std::string("cannot reserve outs");
+  if (!outs_.init(prelude_max_ + spill_max_, kOutBytes)) return failure("cannot reserve outs");
   const size_t spill_buf =
       session::spill_buffer_bytes(config_, options_.spill_limits.txn_bytes_max);
   if (spill_max_ > 0) {
     if (!spills_.init(spill_max_, page_round(spill_buf) + options_.recv_buffer_bytes)) {
-      return std::string("cannot reserve spill sessions");
+      return failure("cannot reserve spill sessions");
     }
     for (uint32_t i = 0; i < spill_max_; ++i) {
       SpillSlot& ss = spills_.object(i);
@@ -213,13 +213,13 @@ std::optional<std::string> Worker::open_session_memory(uint32_t sessions) {
   header_scratch_ = std::make_unique<char[]>(header_scratch_bytes_);
   connect_timeout_.tv_sec = options_.connect_timeout_ms / 1000;
   connect_timeout_.tv_nsec = long(options_.connect_timeout_ms % 1000) * 1'000'000;
-  return std::nullopt;
+  return {};
 }
 
 // The worker's own listener on the shared port (SO_REUSEPORT spreads connections over workers).
-std::optional<std::string> Worker::open_listener(uint16_t port, uint16_t* bound) {
+Result<uint16_t> Worker::open_listener(uint16_t port) {
   listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listen_fd_ < 0) return std::string("socket: ") + std::strerror(errno);
+  if (listen_fd_ < 0) return failure(std::string("socket: ") + std::strerror(errno));
   int one = 1;
   setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (options_.listen_freebind) setsockopt(listen_fd_, IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
@@ -228,17 +228,16 @@ std::optional<std::string> Worker::open_listener(uint16_t port, uint16_t* bound)
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   if (inet_pton(AF_INET, options_.listen_host.c_str(), &a.sin_addr) != 1) {
-    return "listen.host: not an IPv4 address: " + options_.listen_host;
+    return failure("listen.host: not an IPv4 address: " + options_.listen_host);
   }
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    return "listen: cannot bind " + options_.listen_host + ":" + std::to_string(port) + ": " +
-           std::strerror(errno);
+    return failure("listen: cannot bind " + options_.listen_host + ":" + std::to_string(port) +
+                   ": " + std::strerror(errno));
   }
-  if (listen(listen_fd_, 4096) != 0) return std::string("listen: ") + std::strerror(errno);
+  if (listen(listen_fd_, 4096) != 0) return failure(std::string("listen: ") + std::strerror(errno));
   socklen_t len = sizeof a;
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-  *bound = ntohs(a.sin_port);
-  return std::nullopt;
+  return ntohs(a.sin_port);
 }
 
 void Worker::start() {

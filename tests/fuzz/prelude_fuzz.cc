@@ -89,7 +89,7 @@ const ss::SessionConfig& config_for(const Options& o, bool eager) {
         c[i].heartbeat_min_ms = 100;
         c[i].heartbeat_max_ms = 60'000;
       }
-      if (!c[i].validate().empty()) __builtin_trap();
+      if (!c[i].validate()) __builtin_trap();
     }
     return c;
   }();

@@ -177,8 +177,8 @@ std::string script_bytes(FuzzedDataProvider& in) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string config_error = fuzz_config(true).validate();
-  check(config_error.empty(), config_error.c_str());
+  static const sluice::Result<> config_valid = fuzz_config(true).validate();
+  check(config_valid.has_value(), config_valid ? "" : config_valid.error().message.c_str());
   FuzzedDataProvider in(data, size);
   World w(in.ConsumeBool());
   for (size_t step = 0; step < kStepsMax && in.remaining_bytes() > 0; ++step) {

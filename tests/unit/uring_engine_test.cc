@@ -498,6 +498,11 @@ class FakeHooks final : public session::SpillHooks {
   std::atomic<bool> authorize_ok{true};
 };
 
+// The error's message, or "" for a success.
+std::string error_of(const Result<>& r) {
+  return r ? std::string() : r.error().message;
+}
+
 LogFn nullptr_log() {
   return [](LogLevel, std::string_view, std::span<const LogField>) {};
 }
@@ -569,11 +574,13 @@ class UringEngineTest : public ::testing::TestWithParam<Mode> {
       std::lock_guard<std::mutex> l(log_mu_);
       log_.push_back(std::move(line));
     };
-    engine_ = Engine::open(options_, config_, std::move(parts), log, &error);
-    if (!engine_ && error.find("io_uring") != std::string::npos) {
+    auto opened = Engine::open(options_, config_, std::move(parts), log);
+    if (!opened) error = opened.error().message;
+    if (!opened && error.find("io_uring") != std::string::npos) {
       GTEST_SKIP() << "SKIPPED: io_uring is unavailable on this host: " << error;
     }
-    ASSERT_TRUE(engine_) << error;
+    ASSERT_TRUE(opened) << error;
+    engine_ = std::move(*opened);
     ASSERT_NE(engine_->port(), 0);
     engine_->start();
   }
@@ -582,12 +589,14 @@ class UringEngineTest : public ::testing::TestWithParam<Mode> {
   void open_two_workers(FakeRouter* router2, FakeSink* sink2) {
     options_.workers = 2;
     std::string error;
-    engine_ =
+    auto opened =
         Engine::open(options_, config_,
                      {WorkerParts{&router_, &sink_, &hooks_}, WorkerParts{router2, sink2, &hooks_}},
-                     nullptr_log(), &error);
-    if (!engine_ && error.find("io_uring") != std::string::npos) GTEST_SKIP() << error;
-    ASSERT_TRUE(engine_) << error;
+                     nullptr_log());
+    if (!opened) error = opened.error().message;
+    if (!opened && error.find("io_uring") != std::string::npos) GTEST_SKIP() << error;
+    ASSERT_TRUE(opened) << error;
+    engine_ = std::move(*opened);
   }
 
   void TearDown() override {
@@ -1441,7 +1450,7 @@ TEST_P(UringEngineTest, SessionLimitsChangedAtRunTimeApplyToTheNextSessions) {
   ASSERT_TRUE(wait_until(kWait, [&] { return active() == 2; }));
   LiveLimits one = start;
   one.sessions_max = 1;
-  ASSERT_EQ(engine_->set_limits(one), std::nullopt);
+  ASSERT_EQ(error_of(engine_->set_limits(one)), "");
   Conn refused = client();
   ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(refused, "too many sessions"));
   EXPECT_EQ(active(), 2u);
@@ -1450,17 +1459,17 @@ TEST_P(UringEngineTest, SessionLimitsChangedAtRunTimeApplyToTheNextSessions) {
   // Per source and in prelude, likewise.
   LiveLimits per_source = start;
   per_source.sessions_per_source_max = 2;
-  ASSERT_EQ(engine_->set_limits(per_source), std::nullopt);
+  ASSERT_EQ(error_of(engine_->set_limits(per_source)), "");
   Conn third = client();
   ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(third, "too many sessions from this address"));
   LiveLimits prelude = start;
   prelude.prelude_sessions_max = 2;
-  ASSERT_EQ(engine_->set_limits(prelude), std::nullopt);
+  ASSERT_EQ(error_of(engine_->set_limits(prelude)), "");
   Conn fourth = client();
   ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(fourth, "too many sessions in prelude"));
 
   // Back to the values at start: the third session is served.
-  ASSERT_EQ(engine_->set_limits(start), std::nullopt);
+  ASSERT_EQ(error_of(engine_->set_limits(start)), "");
   Conn c;
   ASSERT_NO_FATAL_FAILURE(connect_client(&c));
   EXPECT_EQ(active(), 3u);
@@ -1468,17 +1477,17 @@ TEST_P(UringEngineTest, SessionLimitsChangedAtRunTimeApplyToTheNextSessions) {
   // Above what the workers were sized for, or zero: refused, nothing changes.
   LiveLimits more = start;
   more.sessions_max = 4;
-  std::optional<std::string> why = engine_->set_limits(more);
-  ASSERT_TRUE(why);
-  EXPECT_NE(why->find("limits.sessions_max: 4 is above 3"), std::string::npos) << *why;
+  std::string why = error_of(engine_->set_limits(more));
+  ASSERT_FALSE(why.empty());
+  EXPECT_NE(why.find("limits.sessions_max: 4 is above 3"), std::string::npos) << why;
   more = start;
   more.prelude_sessions_max = 4;
-  why = engine_->set_limits(more);
-  ASSERT_TRUE(why);
-  EXPECT_NE(why->find("limits.prelude_sessions_max"), std::string::npos) << *why;
+  why = error_of(engine_->set_limits(more));
+  ASSERT_FALSE(why.empty());
+  EXPECT_NE(why.find("limits.prelude_sessions_max"), std::string::npos) << why;
   more = start;
   more.connect_timeout_ms = 0;
-  EXPECT_TRUE(engine_->set_limits(more));
+  EXPECT_FALSE(engine_->set_limits(more));
   EXPECT_EQ(engine_->limits(), start);
 }
 
@@ -1490,7 +1499,7 @@ TEST_P(UringEngineTest, ConnectTimeoutChangedAtRunTimeAppliesToTheNextConnect) {
   ASSERT_NO_FATAL_FAILURE(start_engine());
   LiveLimits l = engine_->limits();
   l.connect_timeout_ms = 300;
-  ASSERT_EQ(engine_->set_limits(l), std::nullopt);
+  ASSERT_EQ(error_of(engine_->set_limits(l)), "");
   router_.set_direct(full.addr());
   Conn c;
   ASSERT_NO_FATAL_FAILURE(connect_client(&c));
@@ -2035,9 +2044,9 @@ TEST_P(UringEngineTest, CachedLoginIsAnsweredWithoutAskingANode) {
     std::atomic<int> finds{0};
   } cache;
   std::vector<WorkerParts> parts{WorkerParts{&router_, &sink_, &hooks_, &cache}};
-  std::string error;
-  engine_ = Engine::open(options_, config_, std::move(parts), nullptr_log(), &error);
-  ASSERT_TRUE(engine_) << error;
+  auto opened = Engine::open(options_, config_, std::move(parts), nullptr_log());
+  ASSERT_TRUE(opened) << opened.error().message;
+  engine_ = std::move(*opened);
   engine_->start();
   router_.set_login_node(owner_.addr());
   Conn c = client();

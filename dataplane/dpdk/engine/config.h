@@ -93,8 +93,8 @@ struct LcoreConfig {
   uint64_t flow_hash_key = 0;  // the flow table's hash secret (flow::tuple_hash)
   session::SessionConfig session;
 
-  // Empty when valid; otherwise names the first wrong setting.
-  std::string validate() const;
+  // An error naming the first wrong setting, if one is.
+  Result<> validate() const;
 };
 
 }  // namespace sluice::dpdk::engine

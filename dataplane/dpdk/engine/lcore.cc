@@ -43,27 +43,27 @@ constexpr uint64_t kArpRetryMs = 100;
 
 }  // namespace
 
-std::string LcoreConfig::validate() const {
-  if (port_macs.empty()) return "no port: port_macs is empty";
-  if (virtual_ip == 0) return "virtual_ip is not set";
-  if (listen_ports.empty()) return "listen_ports is empty";
-  if (local_ips.empty()) return "local_ips is empty: the owner leg needs a source address";
+Result<> LcoreConfig::validate() const {
+  if (port_macs.empty()) return failure("no port: port_macs is empty");
+  if (virtual_ip == 0) return failure("virtual_ip is not set");
+  if (listen_ports.empty()) return failure("listen_ports is empty");
+  if (local_ips.empty()) return failure("local_ips is empty: the owner leg needs a source address");
   if (local_port_min == 0 || local_port_min > local_port_max)
-    return "local_port_min..local_port_max is not a range of ports";
-  if (flows_max == 0 || flows_max > (1u << 24)) return "flows_max must be 1..16777216";
+    return failure("local_port_min..local_port_max is not a range of ports");
+  if (flows_max == 0 || flows_max > (1u << 24)) return failure("flows_max must be 1..16777216");
   if (prelude_flows_max == 0 || prelude_flows_max > flows_max)
-    return "prelude_flows_max must be 1..flows_max";
-  if (neighbors_max == 0) return "neighbors_max must be at least 1";
-  if (owner_greeting_bytes_max < 64) return "owner_greeting_bytes_max must be at least 64";
-  if (mss < 536 || mss > 9000) return "mss must be 536..9000";
-  if (window_scale > 14) return "window_scale must be 0..14";
+    return failure("prelude_flows_max must be 1..flows_max");
+  if (neighbors_max == 0) return failure("neighbors_max must be at least 1");
+  if (owner_greeting_bytes_max < 64) return failure("owner_greeting_bytes_max must be at least 64");
+  if (mss < 536 || mss > 9000) return failure("mss must be 536..9000");
+  if (window_scale > 14) return failure("window_scale must be 0..14");
   if (rto_initial_ms == 0 || rto_max_ms < rto_initial_ms)
-    return "rto_initial_ms must be 1..rto_max_ms";
-  if (connect_timeout_ms == 0) return "connect_timeout_ms must be positive";
-  if (exception_port >= int32_t(port_macs.size())) return "exception_port is not a port";
+    return failure("rto_initial_ms must be 1..rto_max_ms");
+  if (connect_timeout_ms == 0) return failure("connect_timeout_ms must be positive");
+  if (exception_port >= int32_t(port_macs.size())) return failure("exception_port is not a port");
   for (const Route& r : routes) {
-    if (r.length > 32) return "a route's prefix length is above 32";
-    if (r.port >= port_macs.size()) return "a route names a port that does not exist";
+    if (r.length > 32) return failure("a route's prefix length is above 32");
+    if (r.port >= port_macs.size()) return failure("a route names a port that does not exist");
   }
   return session.validate();
 }
@@ -83,7 +83,7 @@ Lcore::Lcore(const LcoreConfig& config, session::Router& router, FramePool& pool
       timers_(config.flows_max, kTickNs, kWheelSlots, now_ns),
       neighbors_(config.neighbors_max),
       placement_budget_(config.placements_per_source_per_minute) {
-  SLUICE_ASSERT(config_.validate().empty());
+  SLUICE_ASSERT(config_.validate().has_value());
   for (uint32_t i = config_.flows_max; i-- > 0;) {
     flows_[i].next_free = free_head_;
     free_head_ = i;
