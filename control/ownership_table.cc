@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "base/assert.h"
+#include "base/fd.h"
 
 namespace sluice::control {
 
@@ -253,25 +254,25 @@ std::optional<StateFileError> save_ownership(const OwnershipTable& table,
 
 std::optional<StateFileError> write_state_file(std::string_view body, const std::string& path) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return StateFileError{tmp, "cannot create: " + errno_text(errno)};
-  if (!write_all(fd, body) || ::fsync(fd) != 0) {
+  base::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
+  if (!fd.valid()) return StateFileError{tmp, "cannot create: " + errno_text(errno)};
+  if (!write_all(fd.get(), body) || ::fsync(fd.get()) != 0) {
     const int e = errno;
-    ::close(fd);
+    fd.reset();
     ::unlink(tmp.c_str());
     return StateFileError{tmp, "cannot write: " + errno_text(e)};
   }
-  ::close(fd);
+  fd.reset();  // synced: close's result adds nothing
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
     return StateFileError{path, "cannot replace: " + errno_text(e)};
   }
   // The rename is durable only once the directory is.
-  const int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  const base::Fd dfd(::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd.valid() || ::fsync(dfd.get()) != 0) {
+    return StateFileError{dir_of(path), "cannot sync the directory after replacing " + path + ": " +
+                                            errno_text(errno)};
   }
   return std::nullopt;
 }

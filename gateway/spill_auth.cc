@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "base/assert.h"
+#include "base/fd.h"
 
 namespace sluice::gateway {
 namespace {
@@ -133,28 +134,22 @@ UsersFile::LoadResult error_at(const std::string& path, size_t line, const std::
 }
 
 std::string read_all(const std::string& path, bool missing_is_empty, std::string* text) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  const base::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
     if (errno == ENOENT && missing_is_empty) return {};
     return "cannot open " + path + ": " + std::strerror(errno);
   }
   char buf[1 << 16];
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return "cannot read " + path + ": " + std::strerror(err);
-    }
+    if (n < 0) return "cannot read " + path + ": " + std::strerror(errno);
     if (n == 0) break;
     text->append(buf, size_t(n));
     if (text->size() > kUsersFileBytesMax) {
-      ::close(fd);
       return path + " is larger than " + std::to_string(kUsersFileBytesMax >> 20) + " MiB";
     }
   }
-  ::close(fd);
   return {};
 }
 
@@ -370,24 +365,24 @@ std::string write_atomically(const std::string& path, const std::string& text) {
                           : slash == 0               ? "/"
                                                      : path.substr(0, slash);
   std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return "cannot create a temp file next to " + path + ": " + std::strerror(errno);
+  base::Fd fd(::mkostemp(tmp.data(), O_CLOEXEC));
+  if (!fd.valid()) return "cannot create a temp file next to " + path + ": " + std::strerror(errno);
   auto fail = [&](const std::string& what) {
     const int err = errno;
-    ::close(fd);
+    fd.reset();
     ::unlink(tmp.c_str());
     return what + " " + tmp + ": " + std::strerror(err);
   };
-  if (::fchmod(fd, 0600) != 0) return fail("cannot chmod");
+  if (::fchmod(fd.get(), 0600) != 0) return fail("cannot chmod");
   size_t done = 0;
   while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return fail("cannot write");
     done += size_t(n);
   }
-  if (::fsync(fd) != 0) return fail("cannot fsync");
-  if (::close(fd) != 0) {
+  if (::fsync(fd.get()) != 0) return fail("cannot fsync");
+  if (fd.close() != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     return "cannot close " + tmp + ": " + std::strerror(err);
@@ -397,13 +392,10 @@ std::string write_atomically(const std::string& path, const std::string& text) {
     ::unlink(tmp.c_str());
     return "cannot rename " + tmp + " to " + path + ": " + std::strerror(err);
   }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || ::fsync(dfd) != 0) {
-    const int err = errno;
-    if (dfd >= 0) ::close(dfd);
-    return "wrote " + path + " but cannot fsync its directory " + dir + ": " + std::strerror(err);
+  const base::Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd.valid() || ::fsync(dfd.get()) != 0) {
+    return "wrote " + path + " but cannot fsync its directory " + dir + ": " + std::strerror(errno);
   }
-  ::close(dfd);
   return {};
 }
 

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/fd.h"
 #include "queue/crc32c.h"
 
 namespace sluice::queue {
@@ -103,63 +104,57 @@ std::string write_cursor_file(const std::string& dir, const CursorSnapshot& s) {
   const std::string path = dir + "/" + kCursorFileName;
   const std::string tmp = path + ".tmp";
   const std::string body = encode_cursors(s);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return errno_text("cannot create", tmp);
+  base::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
+  if (!fd.valid()) return errno_text("cannot create", tmp);
   size_t done = 0;
   while (done < body.size()) {
-    const ssize_t r = ::write(fd, body.data() + done, body.size() - done);
+    const ssize_t r = ::write(fd.get(), body.data() + done, body.size() - done);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
       std::string e = errno_text("cannot write", tmp);
-      ::close(fd);
+      fd.reset();
       ::unlink(tmp.c_str());
       return e;
     }
     done += size_t(r);
   }
-  if (::fdatasync(fd) != 0) {
+  if (::fdatasync(fd.get()) != 0) {
     std::string e = errno_text("cannot sync", tmp);
-    ::close(fd);
+    fd.reset();
     ::unlink(tmp.c_str());
     return e;
   }
-  ::close(fd);
+  fd.reset();  // synced: close's result adds nothing
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     std::string e = errno_text("cannot replace", path);
     ::unlink(tmp.c_str());
     return e;
   }
   // The rename is durable only once the directory is.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return errno_text("cannot open directory", dir);
-  const bool ok = ::fsync(dfd) == 0;
-  std::string e = ok ? std::string() : errno_text("cannot sync directory", dir);
-  ::close(dfd);
-  return e;
+  const base::Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd.valid()) return errno_text("cannot open directory", dir);
+  if (::fsync(dfd.get()) != 0) return errno_text("cannot sync directory", dir);
+  return {};
 }
 
 std::string read_cursor_file(const std::string& dir, CursorSnapshot* out) {
   *out = CursorSnapshot{};
   const std::string path = dir + "/" + kCursorFileName;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  base::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
     if (errno == ENOENT) return {};
     return errno_text("cannot open", path);
   }
   std::string bytes;
   char buf[65536];
   for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof buf);
+    const ssize_t r = ::read(fd.get(), buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      std::string e = errno_text("cannot read", path);
-      ::close(fd);
-      return e;
-    }
+    if (r < 0) return errno_text("cannot read", path);
     if (r == 0) break;
     bytes.append(buf, size_t(r));
   }
-  ::close(fd);
+  fd.reset();
   std::string why;
   if (!decode_cursors(bytes, out, &why))
     return path + " is damaged (" + why + "); move it aside to start (undelivered messages " +

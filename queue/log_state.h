@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/fd.h"
 #include "base/mutex.h"
 #include "queue/cursor_file.h"
 #include "queue/segment_file.h"
@@ -286,8 +287,8 @@ struct LogState {
     return metrics.disk_bytes.load(std::memory_order_relaxed) + opt.segment_bytes <=
            max_bytes.load(std::memory_order_relaxed);
   }
-  int lock_fd = -1;
-  int dir_fd = -1;
+  base::Fd lock_fd;  // holds the flock on DIR/lock
+  base::Fd dir_fd;   // fsynced after a segment is created
 
   mutable base::Mutex mu;
   EntryChunks chunks SLUICE_GUARDED_BY(mu);  // spare backlog chunks

@@ -129,8 +129,6 @@ LogState::~LogState() {
   for (Batch& b : batches)
     std::free(b.buf);
   std::free(tail_block);
-  if (dir_fd >= 0) ::close(dir_fd);
-  if (lock_fd >= 0) ::close(lock_fd);
 }
 
 void LogState::make_key(std::string& key, std::string_view vhost, std::string_view queue) {
@@ -217,13 +215,18 @@ bool lock_spill_dir(LogState& s, std::string* error) {
     return false;
   }
   const std::string lock = dir + "/lock";
-  s.lock_fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (s.lock_fd < 0 || ::flock(s.lock_fd, LOCK_EX | LOCK_NB) != 0) {
+  s.lock_fd.reset(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640));
+  if (!s.lock_fd.valid() || ::flock(s.lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
     *error = "cannot lock " + lock + " (" + std::strerror(errno) +
              "): is another sluiced using this spill directory?";
     return false;
   }
-  s.dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  // Segment creations and deletions are durable once the directory is fsynced through this.
+  s.dir_fd.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!s.dir_fd.valid()) {
+    *error = "cannot open spill directory " + dir + ": " + std::strerror(errno);
+    return false;
+  }
   return true;
 }
 
@@ -429,7 +432,7 @@ std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* r
     [[maybe_unused]] ssize_t r = ::write(raw->wake_fd_, &one, sizeof one);
   };
   s.writer = std::make_unique<CursorWriter>(dir, s.metrics, wake);
-  s.preparer = std::make_unique<SegmentPreparer>(dir, s.dir_fd, s.opt.segment_bytes,
+  s.preparer = std::make_unique<SegmentPreparer>(dir, s.dir_fd.get(), s.opt.segment_bytes,
                                                  s.opt.preallocate, wake);
   return log;
 }

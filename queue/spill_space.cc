@@ -204,8 +204,8 @@ bool LogState::create_segment(AppendStatus* refusal) {
   if (!prepared) {
     if (!make_room_for_segment(refusal)) return false;
     number = next_segment++;
-    err = create_segment_file(opt.dir, dir_fd, number, next_seq, opt.segment_bytes, opt.preallocate,
-                              &fd);
+    err = create_segment_file(opt.dir, dir_fd.get(), number, next_seq, opt.segment_bytes,
+                              opt.preallocate, &fd);
     if (err) {
       *refusal = status_of_errno(err);
       metrics.disk_errors.fetch_add(1, std::memory_order_relaxed);
