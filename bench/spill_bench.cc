@@ -102,18 +102,18 @@ struct SpillResult {
 //  - per_producer: each of the 256 producers has its own SpillProducer.
 SpillResult run_spill(const std::string& dir, double seconds, bool per_producer) {
   RecoveryReport rep;
-  std::string error;
   const uint32_t per = kProducers / producer_threads;
   SpillOptions o = bench_options(dir, per_producer ? kProducers : producer_threads);
   if (!per_producer) {
     o.producer_ring_depth = 2 * per * producer_window;
     o.producer_arena_bytes = 2u << 20;
   }
-  auto log = SpillLog::open(o, &rep, &error);
-  if (!log) {
-    std::fprintf(stderr, "spill_bench: %s\n", error.c_str());
+  auto opened = SpillLog::open(o, &rep);
+  if (!opened) {
+    std::fprintf(stderr, "spill_bench: %s\n", opened.error().message.c_str());
     std::exit(1);
   }
+  std::unique_ptr<SpillLog> log = std::move(*opened);
   log->start();
   const std::string body(kRecordBytes - 64, 'x');  // + headers + record header ~ 1 KiB
   std::vector<std::vector<uint64_t>> lat(producer_threads);
@@ -445,12 +445,12 @@ SpillResult run_floor(const std::string& dir, double seconds) {
 // Writes a log of about `bytes` (1 KiB records, big batches) for the recovery measurement.
 uint64_t build_log(const std::string& dir, uint64_t bytes) {
   RecoveryReport rep;
-  std::string error;
-  auto log = SpillLog::open(bench_options(dir, 8), &rep, &error);
-  if (!log) {
-    std::fprintf(stderr, "spill_bench: %s\n", error.c_str());
+  auto opened = SpillLog::open(bench_options(dir, 8), &rep);
+  if (!opened) {
+    std::fprintf(stderr, "spill_bench: %s\n", opened.error().message.c_str());
     std::exit(1);
   }
+  std::unique_ptr<SpillLog> log = std::move(*opened);
   log->start();
   const std::string body(kRecordBytes - 64, 'y');
   std::vector<std::thread> threads;
@@ -670,11 +670,10 @@ int main(int argc, char** argv) {
   for (int round = 0; round < (full ? 3 : 1); ++round) {
     cold = drop_caches();
     const auto t0 = Clock::now();
-    std::string error;
     {
-      auto log = SpillLog::open(bench_options(rdir, 1), &rep, &error);
+      auto log = SpillLog::open(bench_options(rdir, 1), &rep);
       if (!log) {
-        std::fprintf(stderr, "spill_bench: recovery: %s\n", error.c_str());
+        std::fprintf(stderr, "spill_bench: recovery: %s\n", log.error().message.c_str());
         return 1;
       }
     }

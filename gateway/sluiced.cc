@@ -217,9 +217,9 @@ std::optional<StartError> Daemon::open_control() {
   if (auto e = ensure_dir(config_.spill_dir(), "spill.dir")) {
     return StartError{kExitStartFailed, *e};
   }
-  std::string spill_error;
-  spill_ = sluice::gateway::SpillService::open(config_, secrets_, *control_, io_, &spill_error);
-  if (!spill_) return StartError{kExitStartFailed, spill_error};
+  auto spill = sluice::gateway::SpillService::open(config_, secrets_, *control_, io_);
+  if (!spill) return StartError{kExitStartFailed, spill.error().message};
+  spill_ = std::move(*spill);
   return std::nullopt;
 }
 

@@ -51,10 +51,10 @@ int64_t unix_ns_now() {
 SpillService::SpillService(const control::GatewayConfig& config)
     : dir_(config.spill_dir()), nodes_(config.nodes) {}
 
-std::unique_ptr<SpillService> SpillService::open(const control::GatewayConfig& config,
-                                                 const control::Secrets& secrets,
-                                                 control::Control& control,
-                                                 boost::asio::io_context& io, std::string* error) {
+Result<std::unique_ptr<SpillService>> SpillService::open(const control::GatewayConfig& config,
+                                                         const control::Secrets& secrets,
+                                                         control::Control& control,
+                                                         boost::asio::io_context& io) {
   std::unique_ptr<SpillService> s(new SpillService(config));
   queue::SpillOptions o;
   o.dir = s->dir_;
@@ -74,12 +74,9 @@ std::unique_ptr<SpillService> SpillService::open(const control::GatewayConfig& c
                            nonempty = e.nonempty] { control.set_backlog(vhost, q, nonempty); });
   };
   queue::RecoveryReport report;
-  std::string why;
-  s->log_ = queue::SpillLog::open(std::move(o), &report, &why);
-  if (!s->log_) {
-    *error = "spill log " + s->dir_ + ": " + why;
-    return nullptr;
-  }
+  auto log = queue::SpillLog::open(std::move(o), &report);
+  if (!log) return failure("spill log " + s->dir_ + ": " + log.error().message);
+  s->log_ = std::move(*log);
   // The log itself reports every problem recovery met and what it recovered
   // (spill_recovery_skipped, spill_recovered).
 

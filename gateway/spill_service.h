@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/result.h"
 #include "control/config.h"
 #include "control/control.h"
 #include "control/spill_admin.h"
@@ -21,12 +22,12 @@ namespace sluice::gateway {
 class SpillService : public control::SpillAdmin {
  public:
   // Recovers the spill directory (every problem recovery meets is logged) and attaches the
-  // drainer's replica to control, which must not have started yet. Nothing, with *error naming
-  // the directory or file and what to do, when the log cannot be used.
-  static std::unique_ptr<SpillService> open(const control::GatewayConfig& config,
-                                            const control::Secrets& secrets,
-                                            control::Control& control, boost::asio::io_context& io,
-                                            std::string* error);
+  // drainer's replica to control, which must not have started yet. An error naming the
+  // directory or file and what to do when the log cannot be used.
+  static Result<std::unique_ptr<SpillService>> open(const control::GatewayConfig& config,
+                                                    const control::Secrets& secrets,
+                                                    control::Control& control,
+                                                    boost::asio::io_context& io);
   ~SpillService() override;
   SpillService(const SpillService&) = delete;
   SpillService& operator=(const SpillService&) = delete;

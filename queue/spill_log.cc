@@ -208,26 +208,23 @@ std::string validate(const SpillOptions& o) {
 }
 
 // Creates the spill directory if needed and takes it for this process (DIR/lock).
-bool lock_spill_dir(LogState& s, std::string* error) {
+Result<> lock_spill_dir(LogState& s) {
   const std::string& dir = s.opt.dir;
   if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    *error = "cannot create spill directory " + dir + ": " + std::strerror(errno);
-    return false;
+    return failure("cannot create spill directory " + dir + ": " + std::strerror(errno));
   }
   const std::string lock = dir + "/lock";
   s.lock_fd.reset(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640));
   if (!s.lock_fd.valid() || ::flock(s.lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    *error = "cannot lock " + lock + " (" + std::strerror(errno) +
-             "): is another sluiced using this spill directory?";
-    return false;
+    return failure("cannot lock " + lock + " (" + std::strerror(errno) +
+                   "): is another sluiced using this spill directory?");
   }
   // Segment creations and deletions are durable once the directory is fsynced through this.
   s.dir_fd.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!s.dir_fd.valid()) {
-    *error = "cannot open spill directory " + dir + ": " + std::strerror(errno);
-    return false;
+    return failure("cannot open spill directory " + dir + ": " + std::strerror(errno));
   }
-  return true;
+  return {};
 }
 
 // The queue index in `s` of each recovered queue name, each queue given its delivery cursor.
@@ -383,24 +380,17 @@ SpillLog::QueueLimits SpillLog::queue_limits() const {
           st_->queue_bytes_max.load(std::memory_order_relaxed)};
 }
 
-std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* report,
-                                         std::string* error) {
+Result<std::unique_ptr<SpillLog>> SpillLog::open(SpillOptions options, RecoveryReport* report) {
   *report = RecoveryReport{};
-  if (std::string e = validate(options); !e.empty()) {
-    *error = "spill options: " + e;
-    return nullptr;
-  }
+  if (std::string e = validate(options); !e.empty()) return failure("spill options: " + e);
   std::unique_ptr<SpillLog> log(new SpillLog(std::move(options)));
   LogState& s = *log->st_;
   const std::string& dir = s.opt.dir;
-  if (!lock_spill_dir(s, error)) return nullptr;
+  if (auto locked = lock_spill_dir(s); !locked) return tl::unexpected(locked.error());
   CursorSnapshot cursors;
-  if (std::string e = read_cursor_file(dir, &cursors); !e.empty()) {
-    *error = e;
-    return nullptr;
-  }
+  if (std::string e = read_cursor_file(dir, &cursors); !e.empty()) return failure(e);
   RecoveredLog rec;
-  if (!recover_dir(s.opt, &rec, report, error)) return nullptr;
+  if (std::string e; !recover_dir(s.opt, &rec, report, &e)) return failure(e);
 
   {
     // No other thread runs yet; the lock is what the helpers' annotations ask for.
@@ -416,11 +406,12 @@ std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* r
   s.fire_events();
 
   if (int e = io_uring_queue_init(16, &s.ring, 0); e < 0) {
-    *error = std::string("io_uring_queue_init: ") + std::strerror(-e);
-    return nullptr;
+    return failure(std::string("io_uring_queue_init: ") + std::strerror(-e));
   }
   s.ring_ok = true;
-  log->wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  // The spill thread sleeps on a read of it: without it nothing would wake the thread.
+  log->wake_fd_.reset(::eventfd(0, EFD_CLOEXEC));
+  if (!log->wake_fd_.valid()) return failure(std::string("eventfd: ") + std::strerror(errno));
   allocate_batches(s);
   s.touched.assign(s.opt.producers, 0);
   for (uint32_t i = 0; i < s.opt.producers; ++i)
@@ -429,7 +420,7 @@ std::unique_ptr<SpillLog> SpillLog::open(SpillOptions options, RecoveryReport* r
   SpillLog* raw = log.get();
   auto wake = [raw] {
     uint64_t one = 1;
-    [[maybe_unused]] ssize_t r = ::write(raw->wake_fd_, &one, sizeof one);
+    [[maybe_unused]] ssize_t r = ::write(raw->wake_fd_.get(), &one, sizeof one);
   };
   s.writer = std::make_unique<CursorWriter>(dir, s.metrics, wake);
   s.preparer = std::make_unique<SegmentPreparer>(dir, s.dir_fd.get(), s.opt.segment_bytes,
@@ -441,13 +432,12 @@ SpillLog::~SpillLog() {
   stop();
   st_.reset();
   producers_.clear();
-  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 void SpillLog::wake() {
   if (sleeping_.exchange(kAwake) != kAwake) {
     uint64_t one = 1;
-    [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+    [[maybe_unused]] ssize_t r = ::write(wake_fd_.get(), &one, sizeof one);
   }
 }
 
@@ -460,7 +450,7 @@ void SpillLog::stop() {
   if (!st_ || !st_->thread.joinable()) return;
   st_->stopping.store(true);
   uint64_t one = 1;
-  [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+  [[maybe_unused]] ssize_t r = ::write(wake_fd_.get(), &one, sizeof one);
   st_->thread.join();
 }
 
@@ -470,7 +460,7 @@ void SpillLog::sync() {
   const uint64_t target = ++s.sync_req;
   s.sync_req_seen.store(target, std::memory_order_release);
   uint64_t one = 1;
-  [[maybe_unused]] ssize_t r = ::write(wake_fd_, &one, sizeof one);
+  [[maybe_unused]] ssize_t r = ::write(wake_fd_.get(), &one, sizeof one);
   s.sync_cv.wait(l, [&] { return s.sync_done >= target || !s.thread.joinable(); });
 }
 

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/fd.h"
+#include "base/result.h"
 #include "queue/spill_producer.h"
 #include "queue/spill_types.h"
 
@@ -33,11 +35,10 @@ enum class ReadStatus : uint8_t { kOk, kBufferTooSmall, kIoError, kDamaged };
 
 class SpillLog {
  public:
-  // Recovers options.dir (see RecoveryReport) and returns a log ready for start(), or nullptr
-  // with `error` naming the file and what to do. Backlog events for recovered backlogs are
-  // delivered to options.on_backlog before it returns.
-  static std::unique_ptr<SpillLog> open(SpillOptions options, RecoveryReport* report,
-                                        std::string* error);
+  // Recovers options.dir (see RecoveryReport) and returns a log ready for start(), or an error
+  // naming the file and what to do. Backlog events for recovered backlogs are delivered to
+  // options.on_backlog before it returns.
+  static Result<std::unique_ptr<SpillLog>> open(SpillOptions options, RecoveryReport* report);
   ~SpillLog();  // stop()
   SpillLog(const SpillLog&) = delete;
   SpillLog& operator=(const SpillLog&) = delete;
@@ -107,7 +108,7 @@ class SpillLog {
   std::unique_ptr<LogState> st_;
   std::vector<std::unique_ptr<SpillProducer>> producers_;
   alignas(64) std::atomic<uint8_t> sleeping_{kAwake};
-  int wake_fd_ = -1;
+  base::Fd wake_fd_;
 };
 
 }  // namespace sluice::queue

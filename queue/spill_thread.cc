@@ -42,7 +42,7 @@ void bump_max(std::atomic<uint64_t>& a, uint64_t v) {
 void LogState::arm_wake() {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring);
   SLUICE_ASSERT(sqe != nullptr);
-  io_uring_prep_read(sqe, log.wake_fd_, &wake_buf, sizeof wake_buf, 0);
+  io_uring_prep_read(sqe, log.wake_fd_.get(), &wake_buf, sizeof wake_buf, 0);
   io_uring_sqe_set_data64(sqe, kTagWake);
   io_uring_submit(&ring);
 }

@@ -40,13 +40,12 @@ std::unique_ptr<SpillLog> open_log(const std::string& dir) {
     std::fprintf(stderr, "\n");
   };
   RecoveryReport report;
-  std::string error;
-  std::unique_ptr<SpillLog> log = SpillLog::open(o, &report, &error);
+  auto log = SpillLog::open(o, &report);
   if (!log) {
-    std::fprintf(stderr, "spill_drain_tool: %s\n", error.c_str());
+    std::fprintf(stderr, "spill_drain_tool: %s\n", log.error().message.c_str());
     std::exit(1);
   }
-  return log;
+  return std::move(*log);
 }
 
 uint64_t backlog(const SpillLog& log) {

@@ -192,9 +192,9 @@ class DrainerTest : public ::testing::Test {
     o.record_bytes_max = 64u << 10;
     o.max_bytes = 64u << 20;
     RecoveryReport report;
-    std::string error;
-    log_ = SpillLog::open(o, &report, &error);
-    ASSERT_NE(log_, nullptr) << error;
+    auto opened = SpillLog::open(o, &report);
+    ASSERT_TRUE(opened) << opened.error().message;
+    log_ = std::move(*opened);
     log_->start();
   }
   void TearDown() override {

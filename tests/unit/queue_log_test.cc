@@ -678,10 +678,9 @@ TEST(SpillLog, SecondOpenOfTheSameDirectoryIsRefused) {
   RecoveryReport rep;
   auto a = open_log(small_options(t.path()), &rep);
   ASSERT_TRUE(a);
-  std::string error;
-  auto b = SpillLog::open(small_options(t.path()), &rep, &error);
-  EXPECT_FALSE(b);
-  EXPECT_NE(error.find("another sluiced"), std::string::npos) << error;
+  auto b = SpillLog::open(small_options(t.path()), &rep);
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().message.find("another sluiced"), std::string::npos) << b.error().message;
 }
 
 TEST(SpillLog, BadOptionsAreRefusedWithTheirName) {
@@ -689,8 +688,9 @@ TEST(SpillLog, BadOptionsAreRefusedWithTheirName) {
   SpillOptions o = small_options(t.path());
   o.max_bytes = o.segment_bytes;
   RecoveryReport rep;
-  std::string error;
-  EXPECT_FALSE(SpillLog::open(o, &rep, &error));
+  auto opened = SpillLog::open(o, &rep);
+  ASSERT_FALSE(opened);
+  const std::string& error = opened.error().message;
   EXPECT_NE(error.find("spill.max_bytes"), std::string::npos) << error;
 }
 

@@ -51,10 +51,9 @@ inline SpillOptions small_options(const std::string& dir) {
 }
 
 inline std::unique_ptr<SpillLog> open_log(const SpillOptions& o, RecoveryReport* report) {
-  std::string error;
-  auto log = SpillLog::open(o, report, &error);
-  EXPECT_TRUE(log) << error;
-  return log;
+  auto log = SpillLog::open(o, report);
+  EXPECT_TRUE(log) << log.error().message;
+  return log ? std::move(*log) : nullptr;
 }
 
 // Appends one message and waits (at most 10 s) for its completion.

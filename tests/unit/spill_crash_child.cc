@@ -52,12 +52,12 @@ int main(int argc, char** argv) {
   o.producer_ring_depth = 32;
   o.producer_arena_bytes = 64 << 10;
   RecoveryReport rep;
-  std::string error;
-  auto log = SpillLog::open(o, &rep, &error);
-  if (!log) {
-    std::fprintf(stderr, "open: %s\n", error.c_str());
+  auto opened = SpillLog::open(o, &rep);
+  if (!opened) {
+    std::fprintf(stderr, "open: %s\n", opened.error().message.c_str());
     return 1;
   }
+  std::unique_ptr<SpillLog> log = std::move(*opened);
   log->start();
   // Tells the parent the log is open and recovered: its kill clock starts here, so a slow start
   // (a sanitizer build, a busy machine) does not eat the window in which appends happen.

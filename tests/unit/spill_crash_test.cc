@@ -139,9 +139,9 @@ TEST(SpillCrash, EveryReportedAppendSurvivesSigkillAndNothingPartialDoes) {
     o.record_bytes_max = 16 << 10;
     o.batch_bytes_max = 64 << 10;
     RecoveryReport rep;
-    std::string error;
-    auto log = SpillLog::open(o, &rep, &error);
-    ASSERT_TRUE(log) << error;
+    auto opened = SpillLog::open(o, &rep);
+    ASSERT_TRUE(opened) << opened.error().message;
+    std::unique_ptr<SpillLog> log = std::move(*opened);
     for (const RecoveryIssue& i : rep.issues) {
       ASSERT_TRUE(i.torn_tail) << "iteration " << it
                                << ": a crash damaged more than the tail: " << i.path << " at "
