@@ -95,9 +95,9 @@ struct DirRecovery {
         // segment_bytes before a configuration change.
         file_max(std::max<uint64_t>(o.segment_bytes, 1ull << 32)) {}
 
-  bool list_segments(std::string* error);
-  bool open_segments(std::string* error);
-  bool scan_segments(std::string* error);
+  Result<> list_segments();
+  Result<> open_segments();
+  Result<> scan_segments();
   void find_last();
   void settle(size_t i);
 
@@ -124,13 +124,12 @@ struct DirRecovery {
 
 // Lists the segment numbers in the directory, and the highest number also among quarantined
 // files, so a new segment never reuses a quarantined one's name.
-bool DirRecovery::list_segments(std::string* error) {
+Result<> DirRecovery::list_segments() {
   for (const std::string& d : {options.dir, qdir}) {
     DIR* dir = ::opendir(d.c_str());
     if (!dir) {
       if (d == qdir && errno == ENOENT) continue;
-      *error = errno_text(("cannot read directory " + d).c_str());
-      return false;
+      return failure(errno_text(("cannot read directory " + d).c_str()));
     }
     while (dirent* e = ::readdir(dir)) {
       uint64_t n;
@@ -145,7 +144,7 @@ bool DirRecovery::list_segments(std::string* error) {
     ::closedir(dir);
   }
   std::sort(numbers.begin(), numbers.end());
-  return true;
+  return {};
 }
 
 void DirRecovery::close_all() {
@@ -153,26 +152,26 @@ void DirRecovery::close_all() {
     ::close(g.fd);
 }
 
-bool DirRecovery::open_segments(std::string* error) {
+Result<> DirRecovery::open_segments() {
   found.reserve(numbers.size());
   for (uint64_t number : numbers) {
     FoundSegment f{number, segment_file_name(number), {}, -1, {}};
     f.path = options.dir + "/" + f.name;
     f.fd = ::open(f.path.c_str(), O_RDWR | O_CLOEXEC);
     if (f.fd < 0) {
-      *error = errno_text(("cannot open " + f.path).c_str());
+      std::string e = errno_text(("cannot open " + f.path).c_str());
       close_all();
-      return false;
+      return failure(std::move(e));
     }
     wait_for_writers(f.fd);  // a crashed writer's last write may still be landing
     found.push_back(std::move(f));
   }
-  return true;
+  return {};
 }
 
 // Scans everything before any decision, so that the last segment holding data is known
 // (segments prepared ahead of time may follow it, empty or half-created).
-bool DirRecovery::scan_segments(std::string* error) {
+Result<> DirRecovery::scan_segments() {
   // Segments are independent (each defines its own queue ids), so they are scanned by a few
   // threads at once: one thread's CRC pass overlaps another's reads.
   std::vector<std::string> errors(found.size());
@@ -192,9 +191,9 @@ bool DirRecovery::scan_segments(std::string* error) {
     t.join();
   for (size_t i = 0; i < found.size(); ++i) {
     if (!errors[i].empty()) {
-      *error = found[i].path + ": " + errors[i];
+      std::string e = found[i].path + ": " + errors[i];
       close_all();
-      return false;
+      return failure(std::move(e));
     }
     FoundSegment& f = found[i];
     ++report.segments;
@@ -205,7 +204,7 @@ bool DirRecovery::scan_segments(std::string* error) {
       f.s.damaged_bytes = f.s.file_bytes;
     }
   }
-  return true;
+  return {};
 }
 
 void DirRecovery::find_last() {
@@ -345,19 +344,21 @@ std::string segment_file_name(uint64_t number) {
   return b;
 }
 
-bool recover_dir(const SpillOptions& options, RecoveredLog* out, RecoveryReport* report,
-                 std::string* error) {
+Result<> recover_dir(const SpillOptions& options, RecoveredLog* out, RecoveryReport* report) {
   const auto t0 = std::chrono::steady_clock::now();
   *out = RecoveredLog{};
   DirRecovery r(options, *out, *report);
-  if (!r.list_segments(error) || !r.open_segments(error) || !r.scan_segments(error)) return false;
+  for (auto step :
+       {&DirRecovery::list_segments, &DirRecovery::open_segments, &DirRecovery::scan_segments}) {
+    if (auto done = (r.*step)(); !done) return done;
+  }
   r.find_last();
   for (size_t i = 0; i < r.found.size(); ++i)
     r.settle(i);
   report->duration_ns = uint64_t(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count());
-  return true;
+  return {};
 }
 
 }  // namespace sluice::queue

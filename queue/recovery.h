@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/result.h"
 #include "queue/segment_scan.h"
 #include "queue/spill_types.h"
 
@@ -34,8 +35,7 @@ struct RecoveredLog {
 
 std::string segment_file_name(uint64_t number);  // 16 hex digits + ".seg"
 
-// Scans options.dir. Returns false with `error` only when the directory cannot be read at all.
-bool recover_dir(const SpillOptions& options, RecoveredLog* out, RecoveryReport* report,
-                 std::string* error);
+// Scans options.dir. An error only when the directory or a segment cannot be read at all.
+Result<> recover_dir(const SpillOptions& options, RecoveredLog* out, RecoveryReport* report);
 
 }  // namespace sluice::queue

@@ -390,7 +390,9 @@ Result<std::unique_ptr<SpillLog>> SpillLog::open(SpillOptions options, RecoveryR
   CursorSnapshot cursors;
   if (std::string e = read_cursor_file(dir, &cursors); !e.empty()) return failure(e);
   RecoveredLog rec;
-  if (std::string e; !recover_dir(s.opt, &rec, report, &e)) return failure(e);
+  if (auto recovered = recover_dir(s.opt, &rec, report); !recovered) {
+    return tl::unexpected(recovered.error());
+  }
 
   {
     // No other thread runs yet; the lock is what the helpers' annotations ask for.
