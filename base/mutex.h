@@ -16,13 +16,11 @@
 #define SLUICE_CAPABILITY(x) SLUICE_THREAD_ATTRIBUTE(capability(x))
 #define SLUICE_SCOPED_CAPABILITY SLUICE_THREAD_ATTRIBUTE(scoped_lockable)
 #define SLUICE_GUARDED_BY(x) SLUICE_THREAD_ATTRIBUTE(guarded_by(x))
-#define SLUICE_PT_GUARDED_BY(x) SLUICE_THREAD_ATTRIBUTE(pt_guarded_by(x))
 #define SLUICE_REQUIRES(...) SLUICE_THREAD_ATTRIBUTE(requires_capability(__VA_ARGS__))
 #define SLUICE_EXCLUDES(...) SLUICE_THREAD_ATTRIBUTE(locks_excluded(__VA_ARGS__))
 #define SLUICE_ACQUIRE(...) SLUICE_THREAD_ATTRIBUTE(acquire_capability(__VA_ARGS__))
 #define SLUICE_RELEASE(...) SLUICE_THREAD_ATTRIBUTE(release_capability(__VA_ARGS__))
-#define SLUICE_ASSERT_CAPABILITY(x) SLUICE_THREAD_ATTRIBUTE(assert_capability(x))
-// For code the analysis cannot follow (a single-threaded phase before any other thread runs);
+// For the reads the analysis cannot prove safe (a sole writer reading its own data unlocked);
 // the function says why where it is used.
 #define SLUICE_NO_THREAD_SAFETY_ANALYSIS SLUICE_THREAD_ATTRIBUTE(no_thread_safety_analysis)
 
@@ -36,9 +34,6 @@ class SLUICE_CAPABILITY("mutex") Mutex {
 
   void lock() SLUICE_ACQUIRE() { m_.lock(); }
   void unlock() SLUICE_RELEASE() { m_.unlock(); }
-  // Tells the analysis the caller holds the lock where it cannot see it taken (a callback run
-  // under the lock by its caller).
-  void assert_held() const SLUICE_ASSERT_CAPABILITY(this) {}
 
  private:
   std::mutex m_;
