@@ -445,13 +445,13 @@ int main(int argc, char** argv) {
         kHugePagesNeeded, free_huge);
     return 2;
   }
-  const std::string error =
+  const sluice::Result<> eal =
       huge ? dpdk::port::eal_init({"--in-memory", "--no-pci", "-m", kEalMegabytes, "--no-telemetry",
                                    "-l", "0", "--log-level=5"})
            : dpdk::port::eal_init({"--no-huge", "--no-pci", "-m", kEalMegabytes, "--no-shconf",
                                    "--no-telemetry", "-l", "0", "--log-level=5"});
-  if (!error.empty()) {
-    std::fprintf(stderr, "dpdk_forward_bench: %s\n", error.c_str());
+  if (!eal) {
+    std::fprintf(stderr, "dpdk_forward_bench: %s\n", eal.error().message.c_str());
     return 1;
   }
   int rc = 0;

@@ -113,8 +113,8 @@ static int run_main(int argc, char** argv) {
 
   boost::asio::io_context io(1);
   sc::Control control(io, config, sc::Secrets{});
-  if (auto e = control.load_state()) {
-    std::fprintf(stderr, "propagation_bench: %s\n", e->c_str());
+  if (auto r = control.load_state(); !r) {
+    std::fprintf(stderr, "propagation_bench: %s\n", r.error().message.c_str());
     return 1;
   }
   std::vector<std::unique_ptr<sc::ReplicaWorker>> workers;
@@ -122,8 +122,8 @@ static int run_main(int argc, char** argv) {
     workers.push_back(std::make_unique<sc::ReplicaWorker>(control.attach_worker()));
   sc::AdminApi api(control, nullptr);
   sc::AdminServer server(io, [&api](const sc::AdminRequest& r) { return api.handle(r); });
-  if (auto e = server.listen_unix(config.admin_socket)) {
-    std::fprintf(stderr, "propagation_bench: %s\n", e->c_str());
+  if (auto r = server.listen_unix(config.admin_socket); !r) {
+    std::fprintf(stderr, "propagation_bench: %s\n", r.error().message.c_str());
     return 1;
   }
   // Start the probes' timers only after they would fire: nothing but pins crosses the rings.
@@ -134,11 +134,11 @@ static int run_main(int argc, char** argv) {
 
   sc::AdminEndpoint endpoint{config.admin_socket, "", 0};
   auto opened = sc::AdminConnection::open(endpoint, 10'000);
-  if (auto* e = std::get_if<std::string>(&opened)) {
-    std::fprintf(stderr, "propagation_bench: %s\n", e->c_str());
+  if (!opened) {
+    std::fprintf(stderr, "propagation_bench: %s\n", opened.error().message.c_str());
     return 1;
   }
-  sc::AdminConnection& conn = *std::get<0>(opened);
+  sc::AdminConnection& conn = **opened;
 
   std::printf(
       "propagation: %zu pins through the admin API (Unix socket) into %zu worker "
@@ -157,8 +157,7 @@ static int run_main(int argc, char** argv) {
     auto t0 = Clock::now();
     auto reply = conn.call("POST", "/v1/pins", text);
     auto t1 = Clock::now();
-    if (!std::holds_alternative<sc::AdminReply>(reply) ||
-        std::get<sc::AdminReply>(reply).status != 200) {
+    if (!reply || reply->status != 200) {
       std::fprintf(stderr, "propagation_bench: batch pin failed\n");
       return 1;
     }
@@ -173,8 +172,7 @@ static int run_main(int argc, char** argv) {
       nlohmann::json one = {
           {"vhost", "/"}, {"queue", queue_name("single", r, i)}, {"node", i % 2 ? "n0" : "n1"}};
       auto rep = conn.call("POST", "/v1/pins", one.dump());
-      if (!std::holds_alternative<sc::AdminReply>(rep) ||
-          std::get<sc::AdminReply>(rep).status != 200) {
+      if (!rep || rep->status != 200) {
         std::fprintf(stderr, "propagation_bench: pin %zu failed\n", i);
         return 1;
       }

@@ -446,7 +446,7 @@ AdminResponse AdminApi::settings(const AdminRequest& r) {
 AdminResponse AdminApi::reload(const AdminRequest& r) {
   if (r.method != "POST") return method_not_allowed(r, "POST");
   if (!reload_) return error(501, "this server cannot reload its config");
-  if (std::optional<std::string> e = reload_()) return error(400, *e);
+  if (Result<> reloaded = reload_(); !reloaded) return error(400, reloaded.error().message);
   return reply(200, json{{"reloaded", true}});
 }
 

@@ -22,7 +22,7 @@ inline constexpr size_t kSessionsListMax = 100'000;
 class AdminApi {
  public:
   // `reload` re-reads the config file as SIGHUP does; error text, or nullopt when applied.
-  using Reload = std::function<std::optional<std::string>()>;
+  using Reload = std::function<Result<>()>;
   AdminApi(Control& control, Reload reload);
   // The spill log's routes (/v1/spill...) answer 503 until one is set.
   void set_spill(SpillAdmin* spill) { spill_ = spill; }

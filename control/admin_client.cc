@@ -75,19 +75,19 @@ bool run_until(Io& s, Clock::time_point deadline, const bool& done) {
   return false;
 }
 
-std::optional<std::string> connect(Io& s, Clock::time_point deadline) {
+Result<> connect(Io& s, Clock::time_point deadline) {
   disconnect(s);
   const std::string where = describe(s.endpoint);
   std::vector<generic_stream::endpoint> targets;
   if (!s.endpoint.unix_path.empty()) {
     constexpr size_t kPathMax = sizeof(sockaddr_un::sun_path) - 1;
     if (s.endpoint.unix_path.size() > kPathMax) {
-      return "cannot connect to sluiced at " + where + ": the path is longer than " +
-             std::to_string(kPathMax) + " bytes";
+      return failure("cannot connect to sluiced at " + where + ": the path is longer than " +
+                     std::to_string(kPathMax) + " bytes");
     }
     targets.emplace_back(unix_stream::endpoint(s.endpoint.unix_path));
   } else if (s.endpoint.host.empty()) {
-    return std::string("no admin endpoint: neither a Unix socket path nor a TCP host is given");
+    return failure("no admin endpoint: neither a Unix socket path nor a TCP host is given");
   } else {
     error_code ec;
     const auto address = asio::ip::make_address(s.endpoint.host, ec);
@@ -97,7 +97,7 @@ std::optional<std::string> connect(Io& s, Clock::time_point deadline) {
       // Admin TCP is loopback only, so names are "localhost" and friends from /etc/hosts.
       tcp::resolver resolver(s.io);
       const auto results = resolver.resolve(s.endpoint.host, std::to_string(s.endpoint.port), ec);
-      if (ec) return "cannot connect to sluiced at " + where + ": " + ec.message();
+      if (ec) return failure("cannot connect to sluiced at " + where + ": " + ec.message());
       for (const auto& r : results)
         targets.emplace_back(r.endpoint());
     }
@@ -111,10 +111,10 @@ std::optional<std::string> connect(Io& s, Clock::time_point deadline) {
       result = ec;
       done = true;
     });
-    if (!run_until(s, deadline, done)) return timeout_text(s.timeout_ms);
+    if (!run_until(s, deadline, done)) return failure(timeout_text(s.timeout_ms));
     if (!result) {
       s.connected = true;
-      return std::nullopt;
+      return {};
     }
     last = result;
   }
@@ -124,7 +124,7 @@ std::optional<std::string> connect(Io& s, Clock::time_point deadline) {
       last == boost::system::errc::connection_refused) {
     text += " (is sluiced running?)";
   }
-  return text;
+  return failure(std::move(text));
 }
 
 bool closed_before_answer(error_code ec) {
@@ -132,14 +132,13 @@ bool closed_before_answer(error_code ec) {
          ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
 }
 
-std::variant<AdminReply, std::string> call_until(Io& s, std::string_view method,
-                                                 std::string_view target, std::string_view body,
-                                                 Clock::time_point deadline) {
+Result<AdminReply> call_until(Io& s, std::string_view method, std::string_view target,
+                              std::string_view body, Clock::time_point deadline) {
   // Two attempts: the second only after sluiced closed a kept-alive connection unanswered.
   for (int attempt = 0; attempt < 2; ++attempt) {
     const bool reused = s.connected;
     if (!reused) {
-      if (auto error = connect(s, deadline)) return *error;
+      if (Result<> r = connect(s, deadline); !r) return tl::unexpected(std::move(r.error()));
     }
     http::request<http::string_body> req;
     req.version(11);
@@ -167,7 +166,7 @@ std::variant<AdminReply, std::string> call_until(Io& s, std::string_view method,
         done = true;
       });
     });
-    if (!run_until(s, deadline, done)) return timeout_text(s.timeout_ms);
+    if (!run_until(s, deadline, done)) return failure(timeout_text(s.timeout_ms));
 
     if (read_ec) {
       const bool nothing = !parser.got_some();
@@ -175,10 +174,10 @@ std::variant<AdminReply, std::string> call_until(Io& s, std::string_view method,
       if (reused && attempt == 0 && nothing && closed_before_answer(read_ec)) continue;
       const std::string where = describe(s.endpoint);
       if (nothing && closed_before_answer(read_ec)) {
-        return "sluiced at " + where + " closed the connection without answering";
+        return failure("sluiced at " + where + " closed the connection without answering");
       }
       const error_code& ec = write_ec && nothing ? write_ec : read_ec;
-      return "connection to sluiced at " + where + " failed: " + ec.message();
+      return failure("connection to sluiced at " + where + " failed: " + ec.message());
     }
     http::response<http::string_body> res = parser.release();
     AdminReply reply;
@@ -189,19 +188,18 @@ std::variant<AdminReply, std::string> call_until(Io& s, std::string_view method,
     if (write_ec || !res.keep_alive()) disconnect(s);
     return reply;
   }
-  return "sluiced at " + describe(s.endpoint) + " closed the connection without answering";
+  return failure("sluiced at " + describe(s.endpoint) + " closed the connection without answering");
 }
 
 }  // namespace
 
-std::variant<AdminReply, std::string> admin_call(const AdminEndpoint& endpoint,
-                                                 std::string_view method, std::string_view target,
-                                                 std::string_view body, uint32_t timeout_ms) {
+Result<AdminReply> admin_call(const AdminEndpoint& endpoint, std::string_view method,
+                              std::string_view target, std::string_view body, uint32_t timeout_ms) {
   Io s;
   s.endpoint = endpoint;
   s.timeout_ms = timeout_ms;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  if (auto error = connect(s, deadline)) return *error;
+  if (Result<> r = connect(s, deadline); !r) return tl::unexpected(std::move(r.error()));
   return call_until(s, method, target, body, deadline);
 }
 
@@ -209,19 +207,18 @@ AdminConnection::AdminConnection(std::unique_ptr<Io> io) : io_(std::move(io)) {}
 
 AdminConnection::~AdminConnection() = default;
 
-std::variant<std::unique_ptr<AdminConnection>, std::string> AdminConnection::open(
-    const AdminEndpoint& endpoint, uint32_t timeout_ms) {
+Result<std::unique_ptr<AdminConnection>> AdminConnection::open(const AdminEndpoint& endpoint,
+                                                               uint32_t timeout_ms) {
   auto io = std::make_unique<Io>();
   io->endpoint = endpoint;
   io->timeout_ms = timeout_ms;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  if (auto error = connect(*io, deadline)) return *error;
+  if (Result<> r = connect(*io, deadline); !r) return tl::unexpected(std::move(r.error()));
   return std::unique_ptr<AdminConnection>(new AdminConnection(std::move(io)));
 }
 
-std::variant<AdminReply, std::string> AdminConnection::call(std::string_view method,
-                                                            std::string_view target,
-                                                            std::string_view body) {
+Result<AdminReply> AdminConnection::call(std::string_view method, std::string_view target,
+                                         std::string_view body) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(io_->timeout_ms);
   return call_until(*io_, method, target, body, deadline);
 }

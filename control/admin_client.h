@@ -6,7 +6,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <variant>
+
+#include "base/result.h"
 
 namespace sluice::control {
 
@@ -23,14 +24,14 @@ struct AdminReply {
 };
 
 // Blocking: one request on a new connection, bounded by timeout_ms overall (connect included).
-// Error = one clear line, e.g.
+// The error is one clear line, e.g.
 //   "cannot connect to sluiced at /run/sluice/admin.sock: No such file or directory (is sluiced
 //   running?)", "cannot connect to sluiced at /x.sock: Permission denied",
 //   "sluiced did not answer within 5000 ms".
 // A non-empty body is sent with Content-Type: application/json.
-std::variant<AdminReply, std::string> admin_call(const AdminEndpoint& endpoint,
-                                                 std::string_view method, std::string_view target,
-                                                 std::string_view body, uint32_t timeout_ms = 5000);
+Result<AdminReply> admin_call(const AdminEndpoint& endpoint, std::string_view method,
+                              std::string_view target, std::string_view body,
+                              uint32_t timeout_ms = 5000);
 
 // A kept-alive connection for many requests. If sluiced closed it between calls (idle timeout,
 // "Connection: close"), the next call reconnects; a request is sent again only when the old
@@ -40,14 +41,13 @@ class AdminConnection {
   struct Io;  // defined in admin_client.cc
 
   // timeout_ms bounds the connect, and then each call on its own.
-  static std::variant<std::unique_ptr<AdminConnection>, std::string> open(
-      const AdminEndpoint& endpoint, uint32_t timeout_ms);
+  static Result<std::unique_ptr<AdminConnection>> open(const AdminEndpoint& endpoint,
+                                                       uint32_t timeout_ms);
   ~AdminConnection();
   AdminConnection(const AdminConnection&) = delete;
   AdminConnection& operator=(const AdminConnection&) = delete;
 
-  std::variant<AdminReply, std::string> call(std::string_view method, std::string_view target,
-                                             std::string_view body);
+  Result<AdminReply> call(std::string_view method, std::string_view target, std::string_view body);
 
  private:
   explicit AdminConnection(std::unique_ptr<Io> io);

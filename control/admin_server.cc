@@ -86,16 +86,16 @@ std::optional<std::string> percent_decode(std::string_view s, bool plus_is_space
   return out;
 }
 
-// Fills path and query from an origin-form target; error text for the client otherwise.
-std::optional<std::string> parse_target(std::string_view target, AdminRequest& out) {
+// Fills path and query from an origin-form target; the error is text for the client.
+Result<> parse_target(std::string_view target, AdminRequest& out) {
   if (target.empty() || target.front() != '/') {
-    return "request target must start with '/'";
+    return failure("request target must start with '/'");
   }
   const size_t q = target.find('?');
   auto path = percent_decode(target.substr(0, q), false);
-  if (!path) return "malformed percent-encoding in the request path";
+  if (!path) return failure("malformed percent-encoding in the request path");
   out.path = std::move(*path);
-  if (q == std::string_view::npos) return std::nullopt;
+  if (q == std::string_view::npos) return {};
   std::string_view rest = target.substr(q + 1);
   while (!rest.empty()) {
     const size_t amp = rest.find('&');
@@ -105,10 +105,10 @@ std::optional<std::string> parse_target(std::string_view target, AdminRequest& o
     const size_t eq = part.find('=');
     auto key = percent_decode(part.substr(0, eq), true);
     auto value = percent_decode(eq == std::string_view::npos ? "" : part.substr(eq + 1), true);
-    if (!key || !value) return "malformed percent-encoding in the query string";
+    if (!key || !value) return failure("malformed percent-encoding in the query string");
     out.query[std::move(*key)] = std::move(*value);
   }
-  return std::nullopt;
+  return {};
 }
 
 class Connection;
@@ -269,8 +269,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     AdminRequest request;
     request.method = std::string(req.method_string());
     const auto target = req.target();
-    if (auto bad = parse_target({target.data(), target.size()}, request)) {
-      return answer_error(400, *bad);
+    if (Result<> r = parse_target({target.data(), target.size()}, request); !r) {
+      return answer_error(400, r.error().message);
     }
     request.body = std::move(req.body());
     const bool keep_alive = req.keep_alive();
@@ -404,20 +404,20 @@ AdminServer::~AdminServer() {
   }
 }
 
-std::optional<std::string> AdminServer::listen_unix(const std::string& path) {
-  if (state_->closed) return "admin server is closed; cannot listen on " + path;
-  if (path.empty()) return std::string("admin socket path is empty");
+Result<> AdminServer::listen_unix(const std::string& path) {
+  if (state_->closed) return failure("admin server is closed; cannot listen on " + path);
+  if (path.empty()) return failure("admin socket path is empty");
   constexpr size_t kPathMax = sizeof(sockaddr_un::sun_path) - 1;
   if (path.size() > kPathMax) {
-    return "admin socket path " + path + " is too long (" + std::to_string(path.size()) +
-           " bytes, at most " + std::to_string(kPathMax) + ")";
+    return failure("admin socket path " + path + " is too long (" + std::to_string(path.size()) +
+                   " bytes, at most " + std::to_string(kPathMax) + ")");
   }
   const unix_stream::endpoint endpoint(path);
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
-      return "admin socket " + path +
-             " exists and is not a socket; remove it or choose another path";
+      return failure("admin socket " + path +
+                     " exists and is not a socket; remove it or choose another path");
     }
     // Non-blocking, so a live server with a full backlog counts as live instead of hanging us.
     unix_stream::socket probe(state_->io);
@@ -426,56 +426,56 @@ std::optional<std::string> AdminServer::listen_unix(const std::string& path) {
     if (!ec) probe.non_blocking(true, ec);
     if (!ec) probe.connect(endpoint, ec);
     if (!ec || ec == asio::error::would_block || ec == asio::error::try_again) {
-      return "admin socket " + path + " is in use by another process";
+      return failure("admin socket " + path + " is in use by another process");
     }
     if (ec != asio::error::connection_refused) {
-      return "cannot check admin socket " + path + ": " + ec.message();
+      return failure("cannot check admin socket " + path + ": " + ec.message());
     }
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return "cannot remove stale admin socket " + path + ": " + system_message(errno);
+      return failure("cannot remove stale admin socket " + path + ": " + system_message(errno));
     }
   } else if (errno != ENOENT) {
-    return "cannot check admin socket " + path + ": " + system_message(errno);
+    return failure("cannot check admin socket " + path + ": " + system_message(errno));
   }
 
   auto acceptor = std::make_shared<unix_stream::acceptor>(state_->io);
   error_code ec;
   acceptor->open(unix_stream(), ec);
   if (!ec) acceptor->bind(endpoint, ec);
-  if (ec) return "cannot bind admin socket " + path + ": " + ec.message();
+  if (ec) return failure("cannot bind admin socket " + path + ": " + ec.message());
   // Before listen(), so nobody outside the group ever connects.
   if (::chmod(path.c_str(), 0660) != 0 || ::lstat(path.c_str(), &st) != 0) {
     const int err = errno;
     acceptor->close(ec);
     ::unlink(path.c_str());
-    return "cannot set mode 0660 on admin socket " + path + ": " + system_message(err);
+    return failure("cannot set mode 0660 on admin socket " + path + ": " + system_message(err));
   }
   acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     acceptor->close(ec);
     ::unlink(path.c_str());
-    return "cannot listen on admin socket " + path + ": " + ec.message();
+    return failure("cannot listen on admin socket " + path + ": " + ec.message());
   }
   state_->socket_files.push_back({path, st.st_dev, st.st_ino});
   state_->unix_acceptors.push_back(acceptor);
   accept_next(state_, acceptor);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<std::string> AdminServer::listen_tcp(const std::string& host, uint16_t port) {
-  if (state_->closed) return "admin server is closed; cannot listen on " + host;
+Result<> AdminServer::listen_tcp(const std::string& host, uint16_t port) {
+  if (state_->closed) return failure("admin server is closed; cannot listen on " + host);
   asio::ip::address address;
   if (host == "localhost") {
     address = asio::ip::address_v4::loopback();
   } else {
     error_code ec;
     address = asio::ip::make_address(host, ec);
-    if (ec) return "admin TCP host '" + host + "' is not an IP address or 'localhost'";
+    if (ec) return failure("admin TCP host '" + host + "' is not an IP address or 'localhost'");
   }
   if (!address.is_loopback()) {
-    return "admin TCP host " + host +
-           " is not a loopback address; the admin API has no authentication, so it listens "
-           "only on 127.0.0.0/8, ::1 or localhost";
+    return failure("admin TCP host " + host +
+                   " is not a loopback address; the admin API has no authentication, so it listens "
+                   "only on 127.0.0.0/8, ::1 or localhost");
   }
   const tcp::endpoint endpoint(address, port);
   auto acceptor = std::make_shared<tcp::acceptor>(state_->io);
@@ -486,11 +486,13 @@ std::optional<std::string> AdminServer::listen_tcp(const std::string& host, uint
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
   tcp::endpoint bound;
   if (!ec) bound = acceptor->local_endpoint(ec);
-  if (ec) return "cannot listen for the admin API on " + describe(endpoint) + ": " + ec.message();
+  if (ec)
+    return failure("cannot listen for the admin API on " + describe(endpoint) + ": " +
+                   ec.message());
   if (state_->tcp_port == 0) state_->tcp_port = bound.port();
   state_->tcp_acceptors.push_back(acceptor);
   accept_next(state_, acceptor);
-  return std::nullopt;
+  return {};
 }
 
 uint16_t AdminServer::tcp_port() const {

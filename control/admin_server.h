@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "base/result.h"
+
 namespace boost::asio {
 class io_context;
 }  // namespace boost::asio
@@ -53,11 +55,11 @@ class AdminServer {
 
   // Unix socket: if the path exists and is a socket nobody accepts on (stale, from a crashed
   // daemon), remove it; if something answers there, refuse; if it exists and is not a socket,
-  // refuse. Binds, chmod 0660, listens. Error text (one line naming the path) or nullopt.
-  std::optional<std::string> listen_unix(const std::string& path);
+  // refuse. Binds, chmod 0660, listens. An error names the path.
+  Result<> listen_unix(const std::string& path);
   // TCP: host must be a loopback address (127.0.0.0/8, "localhost", or ::1), since the API has
   // no authentication. Port 0 picks a free port (see tcp_port()).
-  std::optional<std::string> listen_tcp(const std::string& host, uint16_t port);
+  Result<> listen_tcp(const std::string& host, uint16_t port);
   // Port of the first TCP listener, 0 when there is none.
   uint16_t tcp_port() const;
   // Stops accepting, closes open connections, removes the socket files it created. Idempotent.

@@ -13,6 +13,7 @@
 #include <map>
 #include <utility>
 
+#include "base/fd.h"
 #include "base/names.h"
 #include "control/config_reader.h"
 
@@ -468,58 +469,44 @@ GatewayConfig read_config(const toml::table& doc) {
 
 }  // namespace
 
-std::string ConfigError::to_string() const {
-  std::string s = file;
-  if (line != 0) s += ":" + std::to_string(line);
-  s += ": ";
-  if (!key.empty()) s += key + ": ";
-  s += message;
-  return s;
-}
-
-ConfigResult parse_config(std::string_view text, const std::string& path) {
+Result<GatewayConfig> parse_config(std::string_view text, const std::string& path) {
   try {
     toml::table doc = toml::parse(text, std::string_view(path));
     return read_config(doc);
   } catch (const Invalid& e) {
-    return ConfigError{path, e.line, e.key, e.message};
+    return failure_in(path, e.line, e.key, e.message);
   } catch (const toml::parse_error& e) {
-    return ConfigError{path, e.source().begin.line, "", std::string(e.description())};
+    return failure_in(path, e.source().begin.line, "", std::string(e.description()));
   } catch (const std::exception& e) {
-    return ConfigError{path, 0, "", std::string("cannot load the config: ") + e.what()};
+    return failure_in(path, 0, "", std::string("cannot load the config: ") + e.what());
   }
 }
 
-ConfigResult load_config(const std::string& path) {
+Result<GatewayConfig> load_config(const std::string& path) {
   auto cannot_read = [&path](int err) {
-    return ConfigError{path, 0, "", std::string("cannot read the config file: ") + strerror(err)};
+    return failure_in(path, 0, "", std::string("cannot read the config file: ") + strerror(err));
   };
   const std::string too_large =
       "the config file is larger than " + std::to_string(kConfigBytesMax) + " bytes";
-  struct Fd {
-    int fd;
-    ~Fd() {
-      if (fd >= 0) ::close(fd);
-    }
-  } f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};  // a FIFO must not block
-  if (f.fd < 0) return cannot_read(errno);
+  base::Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));  // a FIFO must not block
+  if (!f.valid()) return cannot_read(errno);
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) return cannot_read(errno);
+  if (::fstat(f.get(), &st) != 0) return cannot_read(errno);
   if (!S_ISREG(st.st_mode)) {
-    return ConfigError{path, 0, "", "the config path is not a regular file"};
+    return failure_in(path, 0, "", "the config path is not a regular file");
   }
-  if (size_t(st.st_size) > kConfigBytesMax) return ConfigError{path, 0, "", too_large};
+  if (size_t(st.st_size) > kConfigBytesMax) return failure_in(path, 0, "", too_large);
   // One byte over the cap tells a file that grew since fstat from one that did not.
   std::string text(kConfigBytesMax + 1, '\0');
   size_t n = 0;
   while (n < text.size()) {
-    ssize_t r = ::read(f.fd, text.data() + n, text.size() - n);
+    ssize_t r = ::read(f.get(), text.data() + n, text.size() - n);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return cannot_read(errno);
     if (r == 0) break;
     n += size_t(r);
   }
-  if (n > kConfigBytesMax) return ConfigError{path, 0, "", too_large};
+  if (n > kConfigBytesMax) return failure_in(path, 0, "", too_large);
   text.resize(n);
   return parse_config(text, path);
 }
@@ -566,22 +553,22 @@ std::string_view probe_kind_name(ProbeKind k) {
   return k == ProbeKind::kTcp ? "tcp" : "stomp";
 }
 
-std::string check_health_params(uint32_t interval_ms, uint32_t timeout_ms, uint32_t rise,
-                                uint32_t fall) {
-  auto range = [](std::string_view key, uint32_t v, int64_t lo, int64_t hi) -> std::string {
+Result<> check_health_params(uint32_t interval_ms, uint32_t timeout_ms, uint32_t rise,
+                             uint32_t fall) {
+  auto range = [](std::string_view key, uint32_t v, int64_t lo, int64_t hi) -> Result<> {
     if (int64_t(v) >= lo && int64_t(v) <= hi) return {};
-    return std::string(key) + ": must be between " + std::to_string(lo) + " and " +
-           std::to_string(hi);
+    return failure(std::string(key) + ": must be between " + std::to_string(lo) + " and " +
+                   std::to_string(hi));
   };
-  for (std::string why :
+  for (Result<> r :
        {range("health.interval_ms", interval_ms, kIntervalMsMin, kIntervalMsMax),
         range("health.timeout_ms", timeout_ms, kTimeoutMsMin, kIntervalMsMax),
         range("health.rise", rise, 1, kRiseFallMax), range("health.fall", fall, 1, kRiseFallMax)}) {
-    if (!why.empty()) return why;
+    if (!r) return r;
   }
   if (timeout_ms >= interval_ms) {
-    return "health.timeout_ms: must be less than health.interval_ms (" +
-           std::to_string(interval_ms) + ")";
+    return failure("health.timeout_ms: must be less than health.interval_ms (" +
+                   std::to_string(interval_ms) + ")");
   }
   return {};
 }

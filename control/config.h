@@ -7,9 +7,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
+#include "base/result.h"
 #include "control/node.h"
 #include "dataplane/session/config.h"
 
@@ -181,30 +181,20 @@ struct GatewayConfig {
   std::string spill_dir() const { return spill.dir.empty() ? state_dir + "/spill" : spill.dir; }
 };
 
-struct ConfigError {
-  std::string file;
-  uint32_t line = 0;  // 1-based; 0 when the error is not tied to a line
-  std::string key;    // dotted path, e.g. "nodes[1].weight"
-  std::string message;
-  // "sluice.toml:12: nodes[1].weight: must be between 1 and 10000"
-  std::string to_string() const;
-};
-
-using ConfigResult = std::variant<GatewayConfig, ConfigError>;
-
-// Reads and validates a config file.
-ConfigResult load_config(const std::string& path);
+// Reads and validates a config file. An error names the file, and the line and the key where
+// there is one.
+Result<GatewayConfig> load_config(const std::string& path);
 // The same from text (path is only used in messages).
-ConfigResult parse_config(std::string_view text, const std::string& path);
+Result<GatewayConfig> parse_config(std::string_view text, const std::string& path);
 
 std::string_view log_level_name(LogLevel l);
 std::optional<LogLevel> parse_log_level(std::string_view s);
 std::string_view placement_policy_name(PlacementPolicy p);
 std::optional<PlacementPolicy> parse_placement_policy(std::string_view s);
 std::string_view probe_kind_name(ProbeKind k);
-// Checks a set of health parameters as the loader does (for changes at run time); error text
-// naming the parameter, or empty.
-std::string check_health_params(uint32_t interval_ms, uint32_t timeout_ms, uint32_t rise,
-                                uint32_t fall);
+// Checks a set of health parameters as the loader does (for changes at run time); the error
+// names the parameter.
+Result<> check_health_params(uint32_t interval_ms, uint32_t timeout_ms, uint32_t rise,
+                             uint32_t fall);
 
 }  // namespace sluice::control

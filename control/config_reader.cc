@@ -75,31 +75,32 @@ bool looks_numeric(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == '.' || (c >= '0' && c <= '9'); });
 }
 
-// Parses "HOST:PORT"; returns what is wrong, or nothing when valid.
-std::optional<std::string> parse_host_port(std::string_view s, ListenAddress* out) {
+// Parses "HOST:PORT"; the error says what is wrong.
+Result<ListenAddress> parse_host_port(std::string_view s) {
   if (!s.empty() && s.front() == '[') {
-    return "IPv6 addresses are not supported yet; use an IPv4 address or a host name";
+    return failure("IPv6 addresses are not supported yet; use an IPv4 address or a host name");
   }
   size_t colon = s.rfind(':');
-  if (colon == std::string_view::npos) return "must be HOST:PORT, e.g. \"127.0.0.1:61613\"";
+  if (colon == std::string_view::npos)
+    return failure("must be HOST:PORT, e.g. \"127.0.0.1:61613\"");
   std::string_view host = s.substr(0, colon);
   std::string_view port = s.substr(colon + 1);
   if (host.find(':') != std::string_view::npos) {
-    return "IPv6 addresses are not supported yet; use an IPv4 address or a host name";
+    return failure("IPv6 addresses are not supported yet; use an IPv4 address or a host name");
   }
-  if (host.empty()) return "must be HOST:PORT with a host, e.g. \"127.0.0.1:61613\"";
+  if (host.empty()) return failure("must be HOST:PORT with a host, e.g. \"127.0.0.1:61613\"");
   if (looks_numeric(host) ? !parse_ipv4(host) : !valid_hostname(host)) {
-    return "host \"" + std::string(host) + "\" is neither an IPv4 address nor a valid host name";
+    return failure("host \"" + std::string(host) +
+                   "\" is neither an IPv4 address nor a valid host name");
   }
   uint32_t p = 0;
-  if (!all_digits(port) || port.size() > 5) return "port must be a number between 1 and 65535";
+  if (!all_digits(port) || port.size() > 5)
+    return failure("port must be a number between 1 and 65535");
   for (char c : port) {
     p = p * 10 + uint32_t(c - '0');
   }
-  if (p < 1 || p > 65535) return "port must be between 1 and 65535";
-  out->host = std::string(host);
-  out->port = uint16_t(p);
-  return std::nullopt;
+  if (p < 1 || p > 65535) return failure("port must be between 1 and 65535");
+  return ListenAddress{std::string(host), uint16_t(p)};
 }
 
 }  // namespace
@@ -242,9 +243,9 @@ uint32_t Table::line_of_key(const toml::key& k, const toml::node& v) {
 std::optional<ListenAddress> read_address(const Table& t, std::string_view k) {
   std::optional<std::string> s = t.string(k);
   if (!s) return std::nullopt;
-  ListenAddress a;
-  if (std::optional<std::string> why = parse_host_port(*s, &a)) t.fail_at(k, *why);
-  return a;
+  Result<ListenAddress> a = parse_host_port(*s);
+  if (!a) t.fail_at(k, a.error().message);
+  return *a;
 }
 
 std::optional<uint32_t> ipv4_value(std::string_view s) {

@@ -23,21 +23,20 @@ constexpr uint32_t kSaveDelayMs = 100;
 constexpr uint32_t kSaveRetryMs = 5'000;
 constexpr size_t kPassKeyBytesMax = 4096;
 
-// The passcode in *out, or an error naming the file.
-std::optional<std::string> read_passcode(const std::string& path, std::string* out) {
+// The passcode, or an error naming the file.
+Result<std::string> read_passcode(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return "cannot read passcode file " + path + ": " + std::strerror(errno);
+  if (!in) return failure("cannot read passcode file " + path + ": " + std::strerror(errno));
   std::string s(kPassKeyBytesMax + 1, '\0');
   in.read(s.data(), std::streamsize(s.size()));
   s.resize(size_t(in.gcount()));
   if (s.size() > kPassKeyBytesMax) {
-    return "passcode file " + path + " is larger than " + std::to_string(kPassKeyBytesMax) +
-           " bytes";
+    return failure("passcode file " + path + " is larger than " + std::to_string(kPassKeyBytesMax) +
+                   " bytes");
   }
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r'))
     s.pop_back();
-  *out = std::move(s);
-  return std::nullopt;
+  return s;
 }
 
 }  // namespace
@@ -48,23 +47,26 @@ int64_t unix_ms_now() {
       .count();
 }
 
-std::variant<Secrets, std::string> read_secrets(const GatewayConfig& config) {
+Result<Secrets> read_secrets(const GatewayConfig& config) {
   Secrets s;
+  // Each file into its secret, or an error naming the key.
+  auto read = [](const std::string& path, const char* key, std::string* secret) -> Result<> {
+    Result<std::string> r = read_passcode(path);
+    if (!r) return failure(std::string(key) + ": " + r.error().message);
+    *secret = std::move(*r);
+    return {};
+  };
+  Result<> r;
   if (!config.health.passcode_file.empty()) {
-    if (auto e = read_passcode(config.health.passcode_file, &s.health_passcode)) {
-      return "health.passcode_file: " + *e;
-    }
+    r = read(config.health.passcode_file, "health.passcode_file", &s.health_passcode);
   }
-  if (config.rabbitmq_feed.enabled && !config.rabbitmq_feed.passcode_file.empty()) {
-    if (auto e = read_passcode(config.rabbitmq_feed.passcode_file, &s.feed_passcode)) {
-      return "feed.rabbitmq.passcode_file: " + *e;
-    }
+  if (r && config.rabbitmq_feed.enabled && !config.rabbitmq_feed.passcode_file.empty()) {
+    r = read(config.rabbitmq_feed.passcode_file, "feed.rabbitmq.passcode_file", &s.feed_passcode);
   }
-  if (!config.drain.passcode_file.empty()) {
-    if (auto e = read_passcode(config.drain.passcode_file, &s.drain_passcode)) {
-      return "drain.passcode_file: " + *e;
-    }
+  if (r && !config.drain.passcode_file.empty()) {
+    r = read(config.drain.passcode_file, "drain.passcode_file", &s.drain_passcode);
   }
+  if (!r) return tl::unexpected(std::move(r.error()));
   return s;
 }
 
@@ -93,9 +95,8 @@ Control::Control(boost::asio::io_context& io, GatewayConfig config, Secrets secr
   table_.track_persisted_changes();
   // The writer thread must not read alive_ (stop() resets it): it gets its own weak_ptr.
   std::weak_ptr<int> alive = alive_;
-  writer_ = std::make_unique<StateWriter>(
-      state_path(), config_.nodes.size(),
-      [this, alive](const std::optional<StateFileError>& e) { on_saved(alive, e); });
+  writer_ = std::make_unique<StateWriter>(state_path(), config_.nodes.size(),
+                                          [this, alive](const Result<>& e) { on_saved(alive, e); });
   set_log_level(config_.log_level);
 }
 
@@ -112,13 +113,14 @@ std::string Control::state_path() const {
   return config_.state_dir + "/ownership";
 }
 
-std::optional<std::string> Control::load_state() {
-  auto r = load_ownership(table_, config_.nodes, state_path());
-  if (auto* e = std::get_if<StateFileError>(&r)) {
-    return "state file " + e->file + ": " + e->message + " (a copy is kept as " + e->file +
-           ".corrupt; move the file away to start with no recorded placements)";
+Result<> Control::load_state() {
+  Result<LoadedOwnership> r = load_ownership(table_, config_.nodes, state_path());
+  if (!r) {
+    const Error& e = r.error();
+    return failure("state file " + e.file + ": " + e.message + " (a copy is kept as " + e.file +
+                   ".corrupt; move the file away to start with no recorded placements)");
   }
-  const LoadedOwnership& loaded = std::get<LoadedOwnership>(r);
+  const LoadedOwnership& loaded = *r;
   log_event(LogLevel::kInfo, "state_loaded",
             {{"file", state_path()},
              {"placed", std::to_string(loaded.placed)},
@@ -127,7 +129,7 @@ std::optional<std::string> Control::load_state() {
     log_event(LogLevel::kWarn, "state_entry_dropped", {{"file", state_path()}, {"entry", d}});
   }
   apply_config_pins({}, config_.pins);
-  return std::nullopt;
+  return {};
 }
 
 Control::Worker Control::attach_worker(ReplicaUser user) {
@@ -540,16 +542,17 @@ void Control::save_soon() {
 
 // On the writer's thread: counts, and on failure marks the table dirty again on the control
 // thread, where a retry is scheduled.
-void Control::on_saved(const std::weak_ptr<int>& alive, const std::optional<StateFileError>& e) {
+void Control::on_saved(const std::weak_ptr<int>& alive, const Result<>& e) {
   if (alive.expired()) return;
   boost::asio::post(io_, [this, alive, e] {
     if (alive.expired()) return;
-    if (!e) {
+    if (e) {
       ++counters_->saves;
       return;
     }
     ++counters_->save_failures;
-    log_event(LogLevel::kError, "state_save_failed", {{"file", e->file}, {"error", e->message}});
+    log_event(LogLevel::kError, "state_save_failed",
+              {{"file", e.error().file}, {"error", e.error().message}});
     dirty_ = true;
     if (save_armed_ || !running_) return;
     save_armed_ = true;
@@ -567,10 +570,10 @@ void Control::save_now() {
   writer_->wait_idle();
   // Written from the table itself: the writer's copy is not needed any more.
   table_.take_persisted_changes();
-  if (std::optional<StateFileError> e =
-          write_state_file(render_ownership(table_, config_.nodes), state_path())) {
+  if (Result<> e = write_state_file(render_ownership(table_, config_.nodes), state_path()); !e) {
     ++counters_->save_failures;
-    log_event(LogLevel::kError, "state_save_failed", {{"file", e->file}, {"error", e->message}});
+    log_event(LogLevel::kError, "state_save_failed",
+              {{"file", e.error().file}, {"error", e.error().message}});
     return;
   }
   ++counters_->saves;

@@ -50,7 +50,7 @@ struct Secrets {
   std::string drain_passcode;  // the gateway's own passcode at the owners ([drain])
 };
 // Reads the passcode files the config names (trailing newline dropped). Error names the file.
-std::variant<Secrets, std::string> read_secrets(const GatewayConfig& config);
+Result<Secrets> read_secrets(const GatewayConfig& config);
 
 struct NodeStatus {
   NodeSpec spec;
@@ -96,7 +96,7 @@ class Control {
 
   // Loads the state file from the state directory and applies the config's pins. A damaged
   // state file is an error naming it (the gateway must not start with an empty table).
-  std::optional<std::string> load_state();
+  Result<> load_state();
 
   // A new worker: its channel, and its replica filled with everything decided so far. Call on
   // the control thread before the worker thread starts; the worker then owns the replica and
@@ -152,7 +152,7 @@ class Control {
     uint64_t spill_queue_bytes_max = 0;
     uint64_t drain_rate_per_second = 0;
   };
-  using LiveHook = std::function<std::optional<std::string>(const LiveSettings&)>;
+  using LiveHook = std::function<Result<>(const LiveSettings&)>;
   void set_live_hook(LiveHook hook) { live_hook_ = std::move(hook); }
 
   // Run-time settings ("log_level", "health.interval_ms", ...): names in settings() order.
@@ -163,9 +163,8 @@ class Control {
   // SIGHUP: applies a new config's nodes (added, or changed address, weight, broker node),
   // pins and tunables. Nodes cannot be removed while running (their queues would move): such a
   // config is refused whole and the running one stays. Keys that only take effect at restart
-  // are named in *restart_keys.
-  std::optional<std::string> reload(GatewayConfig next, Secrets secrets,
-                                    std::vector<std::string>* restart_keys);
+  // are what it returns.
+  Result<std::vector<std::string>> reload(GatewayConfig next, Secrets secrets);
 
   // One poll's answer from the RabbitMQ feed: learned owners set, those the broker no longer
   // reports forgotten; a failed poll leaves the learned state as it was. The feed's timer calls
@@ -232,7 +231,7 @@ class Control {
   // State file: rendered here, written by writer_ off this thread.
   void mark_dirty();
   void save_soon();
-  void on_saved(const std::weak_ptr<int>& alive, const std::optional<StateFileError>& e);
+  void on_saved(const std::weak_ptr<int>& alive, const Result<>& e);
   void save_now();
   std::string state_path() const;
 
@@ -247,7 +246,7 @@ class Control {
   LiveHook live_hook_;
   // Applies one live setting (key, value) through live_hook_ and records it in config_: empty
   // when done, otherwise why not (nothing changed).
-  std::optional<std::string> apply_live(std::string_view key, uint64_t value);
+  Result<> apply_live(std::string_view key, uint64_t value);
   // Every Placement sent to workers stays alive (they may still use an older one).
   std::vector<std::unique_ptr<Placement>> placements_;
   OwnershipTable table_;

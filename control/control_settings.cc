@@ -113,18 +113,18 @@ std::optional<std::string> Control::setting(std::string_view key) const {
   return std::nullopt;
 }
 
-std::optional<std::string> Control::apply_live(std::string_view key, uint64_t value) {
+Result<> Control::apply_live(std::string_view key, uint64_t value) {
   if (key == "spill.max_bytes" && value / 2 < config_.spill.segment_bytes) {
-    return "spill.max_bytes must be at least two segments: 2 x spill.segment_bytes = " +
-           std::to_string(2 * config_.spill.segment_bytes);
+    return failure("spill.max_bytes must be at least two segments: 2 x spill.segment_bytes = " +
+                   std::to_string(2 * config_.spill.segment_bytes));
   }
   Live l = live_of(config_);
   l.*(live_key(key)->field) = value;
   if (live_hook_) {
-    if (std::optional<std::string> why = live_hook_(l)) return why;
+    if (Result<> applied = live_hook_(l); !applied) return applied;
   }
   set_live(config_, l);
-  return std::nullopt;
+  return {};
 }
 
 std::optional<OpError> Control::set_setting(std::string_view key, std::string_view value) {
@@ -161,8 +161,9 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
     if (key == "health.timeout_ms") h.timeout_ms = *v;
     if (key == "health.rise") h.rise = *v;
     if (key == "health.fall") h.fall = *v;
-    std::string why = check_health_params(h.interval_ms, h.timeout_ms, h.rise, h.fall);
-    if (!why.empty()) return OpError{400, why};
+    if (Result<> r = check_health_params(h.interval_ms, h.timeout_ms, h.rise, h.fall); !r) {
+      return OpError{400, r.error().message};
+    }
     config_.health = h;
     for (auto& n : nodes_)
       n->tracker.set_params(h.rise, h.fall);
@@ -172,7 +173,7 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
       return bad("must be a whole number from " + std::to_string(live->min) + " to " +
                  std::to_string(live->max) + ", not \"" + std::string(value) + "\"");
     }
-    if (std::optional<std::string> why = apply_live(key, *v)) return OpError{400, *why};
+    if (Result<> r = apply_live(key, *v); !r) return OpError{400, r.error().message};
   } else {  // feed.rabbitmq.*
     std::optional<uint32_t> v = parse_whole<uint32_t>(value);
     if (!v) return bad("must be a whole number, not \"" + std::string(value) + "\"");
@@ -180,7 +181,8 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
     uint32_t timeout = config_.rabbitmq_feed.timeout_ms;
     (key == "feed.rabbitmq.interval_ms" ? interval : timeout) = *v;
     // The same ranges as the health checks' interval and timeout.
-    std::string why = check_health_params(interval, timeout, 1, 1);
+    Result<> checked = check_health_params(interval, timeout, 1, 1);
+    std::string why = checked ? std::string() : checked.error().message;
     for (size_t at = why.find("health."); at != std::string::npos; at = why.find("health.")) {
       why.replace(at, 7, "feed.rabbitmq.");
     }
@@ -248,15 +250,14 @@ void Control::apply_nodes(const GatewayConfig& next) {
   }
 }
 
-std::optional<std::string> Control::reload(GatewayConfig next, Secrets secrets,
-                                           std::vector<std::string>* restart_keys) {
+Result<std::vector<std::string>> Control::reload(GatewayConfig next, Secrets secrets) {
   for (const NodeSpec& n : config_.nodes) {
     bool kept = std::any_of(next.nodes.begin(), next.nodes.end(),
                             [&](const NodeSpec& m) { return m.name == n.name; });
     if (!kept) {
-      return "nodes: node \"" + n.name +
-             "\" is not in the new config; removing a node needs a restart (its queues would "
-             "move); the running config stays";
+      return failure("nodes: node \"" + n.name +
+                     "\" is not in the new config; removing a node needs a restart (its queues "
+                     "would move); the running config stays");
     }
   }
   std::vector<std::string> restart;
@@ -294,7 +295,7 @@ std::optional<std::string> Control::reload(GatewayConfig next, Secrets secrets,
   for (const LiveKey& k : kLiveKeys) {
     const uint64_t v = wanted.*(k.field);
     if (v == live_of(config_).*(k.field)) continue;
-    if (std::optional<std::string> why = apply_live(k.key, v)) restart.push_back(std::move(*why));
+    if (Result<> r = apply_live(k.key, v); !r) restart.push_back(std::move(r.error().message));
   }
   apply_nodes(next);
   const std::vector<PinSpec> old_pins = config_.pins;
@@ -318,8 +319,7 @@ std::optional<std::string> Control::reload(GatewayConfig next, Secrets secrets,
   for (const std::string& k : restart) {
     log_event(LogLevel::kWarn, "config_change_needs_restart", {{"key", k}});
   }
-  if (restart_keys != nullptr) *restart_keys = std::move(restart);
-  return std::nullopt;
+  return restart;
 }
 
 }  // namespace sluice::control

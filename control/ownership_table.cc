@@ -246,59 +246,58 @@ std::string render_ownership(const OwnershipTable& table, std::span<const NodeSp
   return body;
 }
 
-std::optional<StateFileError> save_ownership(const OwnershipTable& table,
-                                             std::span<const NodeSpec> nodes,
-                                             const std::string& path) {
+Result<> save_ownership(const OwnershipTable& table, std::span<const NodeSpec> nodes,
+                        const std::string& path) {
   return write_state_file(render_ownership(table, nodes), path);
 }
 
-std::optional<StateFileError> write_state_file(std::string_view body, const std::string& path) {
+Result<> write_state_file(std::string_view body, const std::string& path) {
   const std::string tmp = path + ".tmp";
   base::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
-  if (!fd.valid()) return StateFileError{tmp, "cannot create: " + errno_text(errno)};
+  if (!fd.valid()) return failure_in(tmp, 0, "", "cannot create: " + errno_text(errno));
   if (!write_all(fd.get(), body) || ::fsync(fd.get()) != 0) {
     const int e = errno;
     fd.reset();
     ::unlink(tmp.c_str());
-    return StateFileError{tmp, "cannot write: " + errno_text(e)};
+    return failure_in(tmp, 0, "", "cannot write: " + errno_text(e));
   }
   fd.reset();  // synced: close's result adds nothing
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
-    return StateFileError{path, "cannot replace: " + errno_text(e)};
+    return failure_in(path, 0, "", "cannot replace: " + errno_text(e));
   }
   // The rename is durable only once the directory is.
   const base::Fd dfd(::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dfd.valid() || ::fsync(dfd.get()) != 0) {
-    return StateFileError{dir_of(path), "cannot sync the directory after replacing " + path + ": " +
-                                            errno_text(errno)};
+    return failure_in(
+        dir_of(path), 0, "",
+        "cannot sync the directory after replacing " + path + ": " + errno_text(errno));
   }
-  return std::nullopt;
+  return {};
 }
 
-std::variant<LoadedOwnership, StateFileError> load_ownership(OwnershipTable& table,
-                                                             std::span<const NodeSpec> nodes,
-                                                             const std::string& path) {
+Result<LoadedOwnership> load_ownership(OwnershipTable& table, std::span<const NodeSpec> nodes,
+                                       const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return LoadedOwnership{};  // first start
-    return StateFileError{path, "cannot read: " + errno_text(errno)};
+    return failure_in(path, 0, "", "cannot read: " + errno_text(errno));
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return StateFileError{path, "cannot open for reading"};
+  if (!in) return failure_in(path, 0, "", "cannot open for reading");
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
 
-  auto damaged = [&](size_t line, const std::string& what) -> StateFileError {
+  auto damaged = [&](size_t line, const std::string& what) {
     // Keep the evidence, and start from nothing rather than from half a file.
     const std::string copy = path + ".corrupt";
     std::ofstream(copy, std::ios::binary | std::ios::trunc) << text;
     table = OwnershipTable(nodes.size());
-    return StateFileError{path, "damaged at line " + std::to_string(line) + ": " + what +
-                                    "; a copy is kept at " + copy +
-                                    "; repair or remove the file to start"};
+    return failure_in(path, 0, "",
+                      "damaged at line " + std::to_string(line) + ": " + what +
+                          "; a copy is kept at " + copy + "; repair or remove the file to start");
   };
 
   // The last line is "end <entries> <checksum of everything before it>".

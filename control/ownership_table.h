@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/result.h"
 #include "control/node.h"
 
 namespace sluice::control {
@@ -102,19 +103,14 @@ class OwnershipTable {
 
 // The state file: "ownership" in the state directory. Text, versioned, with a checksum line, so a
 // truncated or damaged file is detected; written to a temporary file, synced, then renamed.
-struct StateFileError {
-  std::string file;
-  std::string message;
-};
-
 // Writes placed and pinned entries, naming nodes by name. Nothing on error (the old file stays).
-std::optional<StateFileError> save_ownership(const OwnershipTable& table,
-                                             std::span<const NodeSpec> nodes,
-                                             const std::string& path);
+// An error names the file (Error::file) and what failed.
+Result<> save_ownership(const OwnershipTable& table, std::span<const NodeSpec> nodes,
+                        const std::string& path);
 // save_ownership in two steps, so that the slow one (write, fsync, rename) can run off the
 // control thread: the file's text, then writing it durably in place of the old one.
 std::string render_ownership(const OwnershipTable& table, std::span<const NodeSpec> nodes);
-std::optional<StateFileError> write_state_file(std::string_view text, const std::string& path);
+Result<> write_state_file(std::string_view text, const std::string& path);
 
 struct LoadedOwnership {
   size_t placed = 0;
@@ -125,8 +121,7 @@ struct LoadedOwnership {
 // Loads into `table`. A missing file is a first start (nothing loaded). A damaged file is an
 // error naming it; a copy is kept next to it as "<path>.corrupt" for inspection, and the table is
 // left empty so that the caller refuses to start rather than re-place every queue.
-std::variant<LoadedOwnership, StateFileError> load_ownership(OwnershipTable& table,
-                                                             std::span<const NodeSpec> nodes,
-                                                             const std::string& path);
+Result<LoadedOwnership> load_ownership(OwnershipTable& table, std::span<const NodeSpec> nodes,
+                                       const std::string& path);
 
 }  // namespace sluice::control

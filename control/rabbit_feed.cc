@@ -62,37 +62,36 @@ bool starts_with_nocase(std::string_view s, std::string_view prefix) {
 }
 
 // The messages never quote the whole URL: it might hold credentials.
-std::variant<FeedUrl, std::string> parse_feed_url(std::string_view url) {
+Result<FeedUrl> parse_feed_url(std::string_view url) {
   if (starts_with_nocase(url, "https://")) {
-    return std::string("https is not supported: use an http:// URL");
+    return failure("https is not supported: use an http:// URL");
   }
   if (!starts_with_nocase(url, "http://")) {
-    return std::string("must start with http:// (e.g. http://127.0.0.1:15672)");
+    return failure("must start with http:// (e.g. http://127.0.0.1:15672)");
   }
   std::string_view rest = url.substr(7);
   if (rest.find_first_of("?#") != std::string_view::npos) {
-    return std::string("a query or fragment is not allowed: give the base URL only");
+    return failure("a query or fragment is not allowed: give the base URL only");
   }
   const size_t slash = rest.find('/');
   const std::string_view authority = rest.substr(0, slash);
   const std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
   if (authority.find('@') != std::string_view::npos) {
-    return std::string(
-        "credentials in the URL are not allowed: use the login and passcode_file keys");
+    return failure("credentials in the URL are not allowed: use the login and passcode_file keys");
   }
   FeedUrl out;
   std::string_view host;
   std::optional<std::string_view> port;
   if (!authority.empty() && authority[0] == '[') {
     const size_t close = authority.find(']');
-    if (close == std::string_view::npos) return std::string("IPv6 host lacks its closing ']'");
+    if (close == std::string_view::npos) return failure("IPv6 host lacks its closing ']'");
     host = authority.substr(1, close - 1);
     if (!std::all_of(host.begin(), host.end(), ipv6_char)) {
-      return "bad IPv6 host '" + printable(host) + "'";
+      return failure("bad IPv6 host '" + printable(host) + "'");
     }
     const std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {
-      if (after[0] != ':') return std::string("unexpected text after the IPv6 host");
+      if (after[0] != ':') return failure("unexpected text after the IPv6 host");
       port = after.substr(1);
     }
   } else {
@@ -100,10 +99,10 @@ std::variant<FeedUrl, std::string> parse_feed_url(std::string_view url) {
     host = authority.substr(0, colon);
     if (colon != std::string_view::npos) port = authority.substr(colon + 1);
     if (!std::all_of(host.begin(), host.end(), host_char)) {
-      return "bad host '" + printable(host) + "' (an IPv6 address goes in brackets)";
+      return failure("bad host '" + printable(host) + "' (an IPv6 address goes in brackets)");
     }
   }
-  if (host.empty()) return std::string("missing host");
+  if (host.empty()) return failure("missing host");
   if (port) {
     uint32_t value = 0;
     const bool digits =
@@ -112,13 +111,13 @@ std::variant<FeedUrl, std::string> parse_feed_url(std::string_view url) {
     for (char c : *port)
       value = value * 10 + uint32_t(c - '0');
     if (!digits || value == 0 || value > 65535) {
-      return "bad port '" + printable(*port) + "': must be 1 to 65535";
+      return failure("bad port '" + printable(*port) + "': must be 1 to 65535");
     }
     out.port = uint16_t(value);
   }
   for (char c : path) {
     const auto u = static_cast<unsigned char>(c);
-    if (u <= 0x20 || u == 0x7f) return std::string("the path holds a space or control octet");
+    if (u <= 0x20 || u == 0x7f) return failure("the path holds a space or control octet");
   }
   std::string_view prefix = path;
   while (!prefix.empty() && prefix.back() == '/')
@@ -203,15 +202,12 @@ class FeedPollOp : public std::enable_shared_from_this<FeedPollOp> {
   }
 
   void attempt_answered(std::string_view body) {
-    size_t skipped = 0;
-    auto parsed = parse_rabbit_queues(body, &skipped);
-    if (auto* error = std::get_if<std::string>(&parsed)) {
-      return attempt_failed("bad /api/queues answer: " + *error);
-    }
+    Result<RabbitQueues> parsed = parse_rabbit_queues(body);
+    if (!parsed) return attempt_failed("bad /api/queues answer: " + parsed.error().message);
     FeedPoll poll;
     poll.ok = true;
-    poll.queues = std::move(std::get<std::vector<LearnedQueue>>(parsed));
-    poll.skipped = skipped;
+    poll.queues = std::move(parsed->queues);
+    poll.skipped = parsed->skipped;
     finish(std::move(poll));
   }
 
@@ -225,10 +221,10 @@ class FeedPollOp : public std::enable_shared_from_this<FeedPollOp> {
       return finish(std::move(poll));
     }
     ++index_;
-    auto target = parse_feed_url(current_url());
-    if (auto* error = std::get_if<std::string>(&target)) return attempt_failed(*error);
-    std::make_shared<Attempt>(io_, shared_from_this(), std::move(std::get<FeedUrl>(target)),
-                              authorization_, settings_)
+    Result<FeedUrl> target = parse_feed_url(current_url());
+    if (!target) return attempt_failed(target.error().message);
+    std::make_shared<Attempt>(io_, shared_from_this(), std::move(*target), authorization_,
+                              settings_)
         ->start();
   }
 
@@ -346,9 +342,7 @@ void Attempt::fail(const std::string& reason) {
 
 }  // namespace
 
-std::variant<std::vector<LearnedQueue>, std::string> parse_rabbit_queues(std::string_view json,
-                                                                         size_t* skipped) {
-  if (skipped) *skipped = 0;
+Result<RabbitQueues> parse_rabbit_queues(std::string_view json) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(json.begin(), json.end());
@@ -358,19 +352,18 @@ std::variant<std::vector<LearnedQueue>, std::string> parse_rabbit_queues(std::st
     if (const size_t tag_end = what.find("] "); tag_end != std::string_view::npos) {
       what.remove_prefix(tag_end + 2);
     }
-    return "invalid JSON: " + printable(what);
+    return failure("invalid JSON: " + printable(what));
   }
   if (!doc.is_array()) {
-    return std::string("expected a JSON array of queues, got ") + doc.type_name();
+    return failure(std::string("expected a JSON array of queues, got ") + doc.type_name());
   }
-  std::vector<LearnedQueue> queues;
-  queues.reserve(doc.size());
-  size_t skips = 0;
+  RabbitQueues out;
+  out.queues.reserve(doc.size());
   for (size_t i = 0; i < doc.size(); ++i) {
     const nlohmann::json& q = doc[i];
     if (!q.is_object()) {
-      return "expected a JSON array of queue objects, element " + std::to_string(i) + " is " +
-             q.type_name();
+      return failure("expected a JSON array of queue objects, element " + std::to_string(i) +
+                     " is " + q.type_name());
     }
     // A field is usable when it is a non-empty string.
     auto field = [&q](const char* key) -> const std::string* {
@@ -384,19 +377,18 @@ std::variant<std::vector<LearnedQueue>, std::string> parse_rabbit_queues(std::st
     const std::string* owner = field("leader");
     if (!owner) owner = field("node");
     if (!name || !vhost || !owner) {
-      ++skips;
+      ++out.skipped;
       continue;
     }
-    queues.push_back(LearnedQueue{*vhost, *name, *owner});
+    out.queues.push_back(LearnedQueue{*vhost, *name, *owner});
   }
-  if (skipped) *skipped = skips;
-  return queues;
+  return out;
 }
 
-std::optional<std::string> check_feed_url(std::string_view url) {
-  auto parsed = parse_feed_url(url);
-  if (auto* error = std::get_if<std::string>(&parsed)) return std::move(*error);
-  return std::nullopt;
+Result<> check_feed_url(std::string_view url) {
+  Result<FeedUrl> parsed = parse_feed_url(url);
+  if (!parsed) return tl::unexpected(std::move(parsed.error()));
+  return {};
 }
 
 void poll_rabbit_feed(boost::asio::io_context& io, const RabbitFeedSettings& settings,

@@ -8,10 +8,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
+
+#include "base/result.h"
 
 namespace sluice::control {
 
@@ -23,11 +24,13 @@ struct LearnedQueue {
 
 // Parses the JSON array answered by GET /api/queues. Each object: "name", "vhost", and the
 // owner: "leader" when present and a non-empty string (quorum queues, streams), else "node"
-// (classic queues). Objects without a usable owner, name or vhost are skipped and counted in
-// *skipped (which may be null). Error (one clear line) when the document is not a JSON array of
-// objects.
-std::variant<std::vector<LearnedQueue>, std::string> parse_rabbit_queues(std::string_view json,
-                                                                         size_t* skipped);
+// (classic queues). Objects without a usable owner, name or vhost are skipped and counted. An
+// error (one clear line) when the document is not a JSON array of objects.
+struct RabbitQueues {
+  std::vector<LearnedQueue> queues;
+  size_t skipped = 0;
+};
+Result<RabbitQueues> parse_rabbit_queues(std::string_view json);
 
 struct RabbitFeedSettings {
   // Base URLs "http://host:port" or "http://host:port/prefix", tried in order.
@@ -50,8 +53,8 @@ struct FeedPoll {
 };
 
 // Validates a base URL: http only, a host, an optional port (default 80), an optional path
-// prefix; no credentials, query or fragment. Returns what is wrong, or nullopt when it is fine.
-std::optional<std::string> check_feed_url(std::string_view url);
+// prefix; no credentials, query or fragment. The error says what is wrong.
+Result<> check_feed_url(std::string_view url);
 
 // One poll: GET <base>/api/queues?columns=name,vhost,node,leader,type with HTTP basic auth,
 // trying the URLs in order until one answers 200 with a parseable body. `done` runs exactly once,

@@ -28,7 +28,7 @@ int64_t monotonic_ns() {
 
 }  // namespace
 
-std::optional<std::string> NodeDirectory::set(const std::vector<NodeSpec>& nodes) {
+Result<> NodeDirectory::set(const std::vector<NodeSpec>& nodes) {
   std::vector<sockaddr_in> addrs;
   std::vector<std::string> names;
   for (const NodeSpec& n : nodes) {
@@ -42,7 +42,8 @@ std::optional<std::string> NodeDirectory::set(const std::vector<NodeSpec>& nodes
       addrinfo* res = nullptr;
       int r = getaddrinfo(n.host.c_str(), nullptr, &hints, &res);
       if (r != 0 || res == nullptr) {
-        return "nodes: " + n.name + ": cannot resolve host " + n.host + ": " + gai_strerror(r);
+        return failure("nodes: " + n.name + ": cannot resolve host " + n.host + ": " +
+                       gai_strerror(r));
       }
       a.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
       freeaddrinfo(res);
@@ -54,7 +55,7 @@ std::optional<std::string> NodeDirectory::set(const std::vector<NodeSpec>& nodes
   addrs_ = std::move(addrs);
   names_ = std::move(names);
   version_.fetch_add(1, std::memory_order_release);
-  return std::nullopt;
+  return {};
 }
 
 void NodeDirectory::copy(std::vector<sockaddr_in>* addrs, std::vector<std::string>* names,

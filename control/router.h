@@ -24,7 +24,7 @@ namespace sluice::control {
 class NodeDirectory {
  public:
   // Resolves every node's host (IPv4 literal or name); an error names the node.
-  std::optional<std::string> set(const std::vector<NodeSpec>& nodes);
+  Result<> set(const std::vector<NodeSpec>& nodes);
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   void copy(std::vector<sockaddr_in>* addrs, std::vector<std::string>* names, uint64_t* version);
 

@@ -53,7 +53,7 @@ void StateWriter::run() {
     copy_.add_nodes(nodes_.size());
     for (const PersistedChange& c : changes)
       copy_.set_persisted(c.key, c.placed, c.pinned);
-    std::optional<StateFileError> e = write_state_file(render_ownership(copy_, nodes_), path_);
+    Result<> e = write_state_file(render_ownership(copy_, nodes_), path_);
     if (done_) done_(e);
     lock.lock();
     busy_ = false;

@@ -26,7 +26,7 @@ struct PersistedChange {
 class StateWriter {
  public:
   // Called on the writer's thread after each write.
-  using Done = std::function<void(const std::optional<StateFileError>&)>;
+  using Done = std::function<void(const Result<>&)>;
 
   StateWriter(std::string path, size_t node_count, Done done);
   ~StateWriter();  // finishes the pending write, then joins

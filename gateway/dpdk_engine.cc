@@ -262,9 +262,9 @@ Result<std::unique_ptr<DpdkEngine>> DpdkEngine::open(const control::GatewayConfi
   // would inherit that. Keep the daemon's own CPU set.
   cpu_set_t cpus;
   const bool have_cpus = pthread_getaffinity_np(pthread_self(), sizeof cpus, &cpus) == 0;
-  std::string e = port::eal_init(d.eal_args);
+  const Result<> eal = port::eal_init(d.eal_args);
   if (have_cpus) pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
-  if (!e.empty()) return failure("dpdk.eal_args: " + e);
+  if (!eal) return failure("dpdk.eal_args: " + eal.error().message);
   auto impl = std::make_unique<Impl>();
   port::MbufPoolConfig pc;
   pc.name = "sluice_mbufs";

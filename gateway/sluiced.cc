@@ -37,6 +37,8 @@
 namespace {
 
 using namespace sluice::control;
+using sluice::failure;
+using sluice::Result;
 
 // Exit codes: 0 clean stop, 1 could not start, 2 bad config or command line.
 constexpr int kExitStartFailed = 1;
@@ -48,21 +50,22 @@ int fail(int code, const std::string& message) {
 }
 
 // Loads and checks a config with its passcode files; error text names file, line and key.
-std::variant<std::pair<GatewayConfig, Secrets>, std::string> load(const std::string& path) {
-  ConfigResult r = load_config(path);
-  if (auto* e = std::get_if<ConfigError>(&r)) return e->to_string();
-  GatewayConfig c = std::move(std::get<GatewayConfig>(r));
-  auto s = read_secrets(c);
-  if (auto* e = std::get_if<std::string>(&s)) return path + ": " + *e;
-  return std::make_pair(std::move(c), std::move(std::get<Secrets>(s)));
+Result<std::pair<GatewayConfig, Secrets>> load(const std::string& path) {
+  Result<GatewayConfig> c = load_config(path);
+  if (!c) return failure(c.error().to_string());
+  Result<Secrets> s = read_secrets(*c);
+  if (!s) return failure(path + ": " + s.error().message);
+  return std::make_pair(std::move(*c), std::move(*s));
 }
 
 // Creates a directory the daemon needs (and its parents) when missing.
-std::optional<std::string> ensure_dir(const std::string& dir, const char* key) {
+Result<> ensure_dir(const std::string& dir, const char* key) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return std::string(key) + ": cannot create directory " + dir + ": " + ec.message();
-  return std::nullopt;
+  if (ec) {
+    return failure(std::string(key) + ": cannot create directory " + dir + ": " + ec.message());
+  }
+  return {};
 }
 
 // Each session holds up to six descriptors (client, owner, two pipes) and each spill segment
@@ -120,13 +123,13 @@ void log_from_engine(sluice::uring::LogLevel l, std::string_view event,
 
 int check_config(const std::string& path) {
   auto loaded = load(path);
-  if (auto* e = std::get_if<std::string>(&loaded)) return fail(kExitBadConfig, *e);
-  const GatewayConfig& c = std::get<0>(loaded).first;
+  if (!loaded) return fail(kExitBadConfig, loaded.error().message);
+  const GatewayConfig& c = loaded->first;
   // The state file too: a damaged one would stop the start.
   OwnershipTable table(c.nodes.size());
   auto state = load_ownership(table, c.nodes, c.state_dir + "/ownership");
-  if (auto* e = std::get_if<StateFileError>(&state)) {
-    return fail(kExitBadConfig, "state file " + e->file + ": " + e->message);
+  if (!state) {
+    return fail(kExitBadConfig, "state file " + state.error().file + ": " + state.error().message);
   }
   std::printf("sluiced: %s is valid: %zu nodes, %zu pins, %zu recorded queues\n", path.c_str(),
               c.nodes.size(), c.pins.size(), table.size());
@@ -140,13 +143,11 @@ struct StartError {
 };
 
 // Creates the state directory and the admin socket's directory.
-std::optional<std::string> ensure_dirs(const GatewayConfig& config) {
-  if (auto e = ensure_dir(config.state_dir, "gateway.state_dir")) return e;
+Result<> ensure_dirs(const GatewayConfig& config) {
+  if (Result<> r = ensure_dir(config.state_dir, "gateway.state_dir"); !r) return r;
   const std::string socket_dir = std::filesystem::path(config.admin_socket).parent_path();
-  if (!socket_dir.empty()) {
-    if (auto e = ensure_dir(socket_dir, "admin.socket")) return e;
-  }
-  return std::nullopt;
+  if (socket_dir.empty()) return {};
+  return ensure_dir(socket_dir, "admin.socket");
 }
 
 // What sluiced runs, made by run()'s steps in the order of the members below. Members are
@@ -172,8 +173,10 @@ class Daemon {
   void stop();
 
  private:
-  std::optional<std::string> apply_live(const Control::LiveSettings& l);
-  std::optional<std::string> reload();
+  Result<> apply_live(const Control::LiveSettings& l);
+  Result<> reload();
+  // reload's step once the config loaded: the users file read again, then control's reload.
+  Result<> reload_loaded(GatewayConfig next, Secrets secrets);
   void wait_for_signal();
   void on_signal(const boost::system::error_code& ec, int signo);
   void log_started();
@@ -210,12 +213,14 @@ class Daemon {
 
 std::optional<StartError> Daemon::open_control() {
   control_.emplace(io_, config_, secrets_);
-  if (auto e = control_->load_state()) return StartError{kExitStartFailed, *e};
+  if (Result<> r = control_->load_state(); !r) {
+    return StartError{kExitStartFailed, r.error().message};
+  }
 
   raise_fd_limit(config_.sessions_max, config_.spill.max_bytes, config_.spill.segment_bytes);
   // Recovery runs here, before anything takes traffic; a log that cannot be used stops the start.
-  if (auto e = ensure_dir(config_.spill_dir(), "spill.dir")) {
-    return StartError{kExitStartFailed, *e};
+  if (Result<> r = ensure_dir(config_.spill_dir(), "spill.dir"); !r) {
+    return StartError{kExitStartFailed, r.error().message};
   }
   auto spill = sluice::gateway::SpillService::open(config_, secrets_, *control_, io_);
   if (!spill) return StartError{kExitStartFailed, spill.error().message};
@@ -224,14 +229,16 @@ std::optional<StartError> Daemon::open_control() {
 }
 
 std::optional<StartError> Daemon::open_workers() {
-  if (auto e = directory_.set(config_.nodes)) return StartError{kExitStartFailed, *e};
+  if (Result<> r = directory_.set(config_.nodes); !r) {
+    return StartError{kExitStartFailed, r.error().message};
+  }
   std::shared_ptr<const sluice::gateway::UsersFile> users;
   if (!config_.spill.users_file.empty()) {
     auto loaded_users = sluice::gateway::UsersFile::load(config_.spill.users_file);
-    if (auto* e = std::get_if<std::string>(&loaded_users)) {
-      return StartError{kExitBadConfig, "spill.users_file: " + *e};
+    if (!loaded_users) {
+      return StartError{kExitBadConfig, "spill.users_file: " + loaded_users.error().message};
     }
-    users = std::get<std::shared_ptr<const sluice::gateway::UsersFile>>(loaded_users);
+    users = std::move(*loaded_users);
   }
   users_source_ = std::make_shared<sluice::gateway::UsersSource>(users);
   for (uint32_t i = 0; i < config_.workers; ++i) {
@@ -286,72 +293,68 @@ void Daemon::set_live_hook() {
   control_->set_live_hook([this](const Control::LiveSettings& l) { return apply_live(l); });
 }
 
-std::optional<std::string> Daemon::apply_live(const Control::LiveSettings& l) {
+Result<> Daemon::apply_live(const Control::LiveSettings& l) {
   const uint32_t connect_timeout_at_start = config_.connect_timeout_ms;
   if (config_.engine == EngineKind::kDpdk && l.connect_timeout_ms != connect_timeout_at_start) {
-    return "limits.connect_timeout_ms: the DPDK engine's lcore keeps the value it started "
-           "with (" +
-           std::to_string(connect_timeout_at_start) + "); restart to change it";
+    return failure(
+        "limits.connect_timeout_ms: the DPDK engine's lcore keeps the value it started with (" +
+        std::to_string(connect_timeout_at_start) + "); restart to change it");
   }
-  if (auto r =
+  if (Result<> r =
           engine_->set_limits({uint32_t(l.sessions_max), uint32_t(l.sessions_per_source_max),
                                uint32_t(l.prelude_sessions_max), uint32_t(l.connect_timeout_ms)});
       !r) {
-    return r.error().message;
+    return r;
   }
-  if (auto e = spill_->set_tuning(l.spill_max_bytes, l.spill_queue_messages_max,
-                                  l.spill_queue_bytes_max, uint32_t(l.drain_rate_per_second))) {
-    return e;
+  if (Result<> r = spill_->set_tuning(l.spill_max_bytes, l.spill_queue_messages_max,
+                                      l.spill_queue_bytes_max, uint32_t(l.drain_rate_per_second));
+      !r) {
+    return r;
   }
   // Room for the descriptors of a spill log that may now hold more segments.
   raise_fd_limit(config_.sessions_max, l.spill_max_bytes, config_.spill.segment_bytes);
-  return std::nullopt;
+  return {};
 }
 
-// Reads the config file again, as SIGHUP and the admin API ask; the error, or nullopt when
-// applied.
-std::optional<std::string> Daemon::reload() {
+// Reads the config file again, as SIGHUP and the admin API ask. A config that does not load,
+// or that control refuses, leaves the running one.
+Result<> Daemon::reload() {
   sd_notify(0, "RELOADING=1");
   auto next = load(path_);
-  std::optional<std::string> error;
-  if (auto* e = std::get_if<std::string>(&next)) {
-    error = *e + " (the running config stays)";
-    control_->reload_failed(*error);
-  } else {
-    // The users file the gateway started with is read again (another path needs a restart:
-    // control names spill.users_file among the keys that do); one that does not load refuses
-    // the whole reload, as a config file that does not load does.
-    const std::string& users_path = config_.spill.users_file;
-    std::shared_ptr<const sluice::gateway::UsersFile> reread;
-    if (!users_path.empty()) {
-      auto reloaded = sluice::gateway::UsersFile::load(users_path);
-      if (auto* bad = std::get_if<std::string>(&reloaded)) {
-        error = "spill.users_file: " + *bad + " (the running config stays)";
-        control_->reload_failed(*error);
-        sd_notify(0, "READY=1");
-        return error;
-      }
-      reread = std::get<std::shared_ptr<const sluice::gateway::UsersFile>>(reloaded);
-    }
-    auto [c, s] = std::move(std::get<0>(next));
-    std::vector<std::string> restart_keys;
-    error = control_->reload(std::move(c), std::move(s), &restart_keys);
-    if (error) {
-      control_->reload_failed(*error);
-    } else {
-      if (reread) {
-        log_event(LogLevel::kInfo, "users_file_reloaded",
-                  {{"path", users_path}, {"users", std::to_string(reread->users().size())}});
-        users_source_->set(std::move(reread));
-      }
-      spill_->set_nodes(control_->config().nodes);
-      if (auto bad = directory_.set(control_->config().nodes)) {
-        log_event(LogLevel::kError, "reload_nodes", {{"error", *bad}});
-      }
-    }
-  }
+  Result<> r = next ? reload_loaded(std::move(next->first), std::move(next->second))
+                    : failure(next.error().message + " (the running config stays)");
+  if (!r) control_->reload_failed(r.error().message);
   sd_notify(0, "READY=1");
-  return error;
+  return r;
+}
+
+Result<> Daemon::reload_loaded(GatewayConfig next, Secrets secrets) {
+  // The users file the gateway started with is read again (another path needs a restart:
+  // control names spill.users_file among the keys that do); one that does not load refuses
+  // the whole reload, as a config file that does not load does.
+  const std::string& users_path = config_.spill.users_file;
+  std::shared_ptr<const sluice::gateway::UsersFile> reread;
+  if (!users_path.empty()) {
+    auto reloaded = sluice::gateway::UsersFile::load(users_path);
+    if (!reloaded) {
+      return failure("spill.users_file: " + reloaded.error().message +
+                     " (the running config stays)");
+    }
+    reread = std::move(*reloaded);
+  }
+  if (auto restart_keys = control_->reload(std::move(next), std::move(secrets)); !restart_keys) {
+    return tl::unexpected(std::move(restart_keys.error()));
+  }
+  if (reread) {
+    log_event(LogLevel::kInfo, "users_file_reloaded",
+              {{"path", users_path}, {"users", std::to_string(reread->users().size())}});
+    users_source_->set(std::move(reread));
+  }
+  spill_->set_nodes(control_->config().nodes);
+  if (Result<> r = directory_.set(control_->config().nodes); !r) {
+    log_event(LogLevel::kError, "reload_nodes", {{"error", r.error().message}});
+  }
+  return {};
 }
 
 // The admin API on its unix socket and, when configured, on TCP.
@@ -360,12 +363,12 @@ std::optional<StartError> Daemon::open_admin() {
   api_->set_spill(spill_.get());
   api_->set_sessions(sessions_admin_);
   admin_.emplace(io_, [this](const AdminRequest& r) { return api_->handle(r); });
-  if (auto e = admin_->listen_unix(config_.admin_socket)) {
-    return StartError{kExitStartFailed, "admin.socket: " + *e};
+  if (Result<> r = admin_->listen_unix(config_.admin_socket); !r) {
+    return StartError{kExitStartFailed, "admin.socket: " + r.error().message};
   }
   if (config_.admin_tcp) {
-    if (auto e = admin_->listen_tcp(config_.admin_tcp->host, config_.admin_tcp->port)) {
-      return StartError{kExitStartFailed, "admin.tcp: " + *e};
+    if (Result<> r = admin_->listen_tcp(config_.admin_tcp->host, config_.admin_tcp->port); !r) {
+      return StartError{kExitStartFailed, "admin.tcp: " + r.error().message};
     }
   }
   return std::nullopt;
@@ -397,7 +400,7 @@ void Daemon::on_signal(const boost::system::error_code& ec, int signo) {
   if (ec) return;
   if (signo == SIGHUP) {
     log_event(LogLevel::kInfo, "signal", {{"signal", "SIGHUP"}, {"action", "reload"}});
-    (void)reload();
+    static_cast<void>(reload());  // a refused reload is logged and counted by control
     wait_for_signal();
     return;
   }
@@ -438,9 +441,9 @@ void Daemon::stop() {
 
 int run(const std::string& path) {
   auto loaded = load(path);
-  if (auto* e = std::get_if<std::string>(&loaded)) return fail(kExitBadConfig, *e);
-  auto [config, secrets] = std::move(std::get<0>(loaded));
-  if (auto e = ensure_dirs(config)) return fail(kExitStartFailed, *e);
+  if (!loaded) return fail(kExitBadConfig, loaded.error().message);
+  auto [config, secrets] = std::move(*loaded);
+  if (Result<> r = ensure_dirs(config); !r) return fail(kExitStartFailed, r.error().message);
 
   Daemon daemon(path, std::move(config), std::move(secrets));
   if (auto e = daemon.open_control()) return fail(e->code, e->message);

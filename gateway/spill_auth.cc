@@ -45,7 +45,7 @@ const std::string& decoy_hash() {
   static const std::string hash = [] {
     std::array<unsigned char, 16> random;
     randombytes_buf(random.data(), random.size());
-    std::optional<std::string> h =
+    Result<std::string> h =
         hash_passcode(std::string_view(reinterpret_cast<const char*>(random.data()), 16));
     SLUICE_ASSERT(h.has_value());
     return *h;
@@ -129,28 +129,30 @@ bool argon2id_params(std::string_view h, uint64_t* m, uint64_t* t, uint64_t* p) 
          number("t=", ',', t) && number("p=", '$', p);
 }
 
-UsersFile::LoadResult error_at(const std::string& path, size_t line, const std::string& what) {
-  return path + ":" + std::to_string(line) + ": " + what;
+tl::unexpected<Error> error_at(const std::string& path, size_t line, const std::string& what) {
+  return failure(path + ":" + std::to_string(line) + ": " + what);
 }
 
-std::string read_all(const std::string& path, bool missing_is_empty, std::string* text) {
+// The file's text; a missing file is empty when missing_is_empty.
+Result<std::string> read_all(const std::string& path, bool missing_is_empty) {
+  std::string text;
   const base::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
-    if (errno == ENOENT && missing_is_empty) return {};
-    return "cannot open " + path + ": " + std::strerror(errno);
+    if (errno == ENOENT && missing_is_empty) return text;
+    return failure("cannot open " + path + ": " + std::strerror(errno));
   }
   char buf[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return "cannot read " + path + ": " + std::strerror(errno);
+    if (n < 0) return failure("cannot read " + path + ": " + std::strerror(errno));
     if (n == 0) break;
-    text->append(buf, size_t(n));
-    if (text->size() > kUsersFileBytesMax) {
-      return path + " is larger than " + std::to_string(kUsersFileBytesMax >> 20) + " MiB";
+    text.append(buf, size_t(n));
+    if (text.size() > kUsersFileBytesMax) {
+      return failure(path + " is larger than " + std::to_string(kUsersFileBytesMax >> 20) + " MiB");
     }
   }
-  return {};
+  return text;
 }
 
 }  // namespace
@@ -165,82 +167,86 @@ bool allow_matches(const AllowRule& rule, const session::QueueKey& key) {
   return key.queue == q;
 }
 
-std::string check_user_name(std::string_view name) {
+Result<> check_user_name(std::string_view name) {
   const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
            c == '_' || c == '@' || c == '-';
   });
   if (name.empty() || name.size() > kUserNameBytesMax || !chars_ok) {
-    return "user name " + quoted(name) + " must be 1 to 255 characters from A-Z a-z 0-9 . _ @ -";
+    return failure("user name " + quoted(name) +
+                   " must be 1 to 255 characters from A-Z a-z 0-9 . _ @ -");
   }
   return {};
 }
 
-std::string check_hash(std::string_view hash) {
+Result<> check_hash(std::string_view hash) {
   const std::string what =
       "the hash of a user must be an argon2id string as `sluicectl user add` "
       "writes it ($argon2id$v=19$m=...,t=...,p=1$SALT$HASH)";
   uint64_t m = 0, t = 0, p = 0;
   if (hash.size() >= crypto_pwhash_STRBYTES || !argon2id_params(hash, &m, &t, &p)) {
-    return what + ", not " + quoted(hash);
+    return failure(what + ", not " + quoted(hash));
   }
-  if (p != 1) return "the hash's parallelism must be p=1 (libsodium), not p=" + std::to_string(p);
+  if (p != 1)
+    return failure("the hash's parallelism must be p=1 (libsodium), not p=" + std::to_string(p));
   if (m == 0 || t == 0 || m > kHashCostMaxKib || t > kHashCostMaxKib || m * t > kHashCostMaxKib) {
-    return "the hash costs m=" + std::to_string(m) + " KiB x t=" + std::to_string(t) +
-           ", more than " + std::to_string(kHashCostMaxKib) +
-           " KiB-passes: verifying it would stall a worker; make it again with `sluicectl user "
-           "add`";
+    return failure(
+        "the hash costs m=" + std::to_string(m) + " KiB x t=" + std::to_string(t) + ", more than " +
+        std::to_string(kHashCostMaxKib) +
+        " KiB-passes: verifying it would stall a worker; make it again with `sluicectl user "
+        "add`");
   }
   std::array<char, crypto_pwhash_STRBYTES> z{};
   std::copy(hash.begin(), hash.end(), z.begin());
   init_sodium();
   // -1: the salt or the hash part does not decode.
   if (crypto_pwhash_str_needs_rehash(z.data(), kHashOpsLimit, kHashMemLimitBytes) == -1) {
-    return what + "; this one does not decode";
+    return failure(what + "; this one does not decode");
   }
   return {};
 }
 
-std::string check_allow(std::string_view vhost, std::string_view queue) {
+Result<> check_allow(std::string_view vhost, std::string_view queue) {
   if (vhost.empty() || vhost.size() > session::kVhostBytesMax || has_control_or_space(vhost)) {
-    return "VHOST " + quoted(vhost) +
-           " must be 1 to 255 bytes without spaces or control characters, or '*'";
+    return failure("VHOST " + quoted(vhost) +
+                   " must be 1 to 255 bytes without spaces or control characters, or '*'");
   }
   if (vhost != "*" && vhost.find('*') != std::string_view::npos) {
-    return "VHOST " + quoted(vhost) + " must be a name or '*' for any vhost";
+    return failure("VHOST " + quoted(vhost) + " must be a name or '*' for any vhost");
   }
   if (queue.empty() || queue.size() > session::kDestinationBytesMax ||
       has_control_or_space(queue)) {
-    return "QUEUE " + quoted(queue) +
-           " must be 1 to 1024 bytes without spaces or control characters";
+    return failure("QUEUE " + quoted(queue) +
+                   " must be 1 to 1024 bytes without spaces or control characters");
   }
   if (queue.find('*') < queue.size() - 1) {
-    return "QUEUE " + quoted(queue) +
-           " may have '*' only at its end (a prefix), or be '*' for any queue";
+    return failure("QUEUE " + quoted(queue) +
+                   " may have '*' only at its end (a prefix), or be '*' for any queue");
   }
   return {};
 }
 
-std::optional<std::string> hash_passcode(std::string_view passcode) {
+Result<std::string> hash_passcode(std::string_view passcode) {
   init_sodium();
   std::array<char, crypto_pwhash_STRBYTES> out{};
   if (crypto_pwhash_str_alg(out.data(), passcode.data(), passcode.size(), kHashOpsLimit,
                             kHashMemLimitBytes, crypto_pwhash_ALG_ARGON2ID13) != 0) {
-    return std::nullopt;
+    return failure("cannot hash the passcode: out of memory (argon2id takes " +
+                   std::to_string(kHashMemLimitBytes >> 20) + " MiB)");
   }
   return std::string(out.data());
 }
 
 UsersFile::LoadResult UsersFile::load(const std::string& path) {
-  std::string text;
-  if (std::string e = read_all(path, false, &text); !e.empty()) return path + ": " + e;
-  return parse(text, path);
+  Result<std::string> text = read_all(path, false);
+  if (!text) return failure(path + ": " + text.error().message);
+  return parse(*text, path);
 }
 
 UsersFile::LoadResult UsersFile::parse(std::string_view text, const std::string& path) {
   if (text.size() > kUsersFileBytesMax) {
-    return path + ": the users file is larger than " + std::to_string(kUsersFileBytesMax >> 20) +
-           " MiB";
+    return failure(path + ": the users file is larger than " +
+                   std::to_string(kUsersFileBytesMax >> 20) + " MiB");
   }
   struct PendingAllow {
     std::string_view name;
@@ -261,9 +267,9 @@ UsersFile::LoadResult UsersFile::parse(std::string_view text, const std::string&
                         "`user` takes a name and a hash (user NAME HASH), found " +
                             std::to_string(tok.size() - 1) + " tokens after it");
       }
-      if (std::string e = check_user_name(tok[1]); !e.empty()) return error_at(path, n, e);
-      if (std::string e = check_hash(tok[2]); !e.empty()) {
-        return error_at(path, n, "user " + quoted(tok[1]) + ": " + e);
+      if (Result<> r = check_user_name(tok[1]); !r) return error_at(path, n, r.error().message);
+      if (Result<> r = check_hash(tok[2]); !r) {
+        return error_at(path, n, "user " + quoted(tok[1]) + ": " + r.error().message);
       }
       if (auto [it, fresh] = user_line.emplace(tok[1], n); !fresh) {
         return error_at(path, n,
@@ -281,8 +287,10 @@ UsersFile::LoadResult UsersFile::parse(std::string_view text, const std::string&
                         "found " +
                             std::to_string(tok.size() - 1) + " tokens after it");
       }
-      if (std::string e = check_user_name(tok[1]); !e.empty()) return error_at(path, n, e);
-      if (std::string e = check_allow(tok[2], tok[3]); !e.empty()) return error_at(path, n, e);
+      if (Result<> r = check_user_name(tok[1]); !r) return error_at(path, n, r.error().message);
+      if (Result<> r = check_allow(tok[2], tok[3]); !r) {
+        return error_at(path, n, r.error().message);
+      }
       allows.push_back(
           PendingAllow{tok[1], AllowRule{std::string(tok[2]), std::string(tok[3])}, n});
     } else {
@@ -322,14 +330,14 @@ const UserEntry* UsersFile::find(std::string_view name) const {
 
 namespace {
 
-std::string check_entry(const UserEntry& e) {
-  if (std::string m = check_user_name(e.name); !m.empty()) return m;
-  if (std::string m = check_hash(e.hash); !m.empty()) return m;
+Result<> check_entry(const UserEntry& e) {
+  if (Result<> r = check_user_name(e.name); !r) return r;
+  if (Result<> r = check_hash(e.hash); !r) return r;
   if (e.allows.size() > kAllowRulesPerUserMax) {
-    return "at most " + std::to_string(kAllowRulesPerUserMax) + " allow rules per user";
+    return failure("at most " + std::to_string(kAllowRulesPerUserMax) + " allow rules per user");
   }
-  for (const AllowRule& r : e.allows) {
-    if (std::string m = check_allow(r.vhost, r.queue); !m.empty()) return m;
+  for (const AllowRule& a : e.allows) {
+    if (Result<> r = check_allow(a.vhost, a.queue); !r) return r;
   }
   return {};
 }
@@ -339,39 +347,34 @@ std::string allow_line(const std::string& name, const AllowRule& r) {
 }
 
 // The file must be valid before an edit, so that the edit cannot hide or worsen a mistake.
-std::optional<UsersEditError> check_before(std::string_view text, const std::string& path,
-                                           std::shared_ptr<const UsersFile>* out) {
+UsersFile::LoadResult check_before(std::string_view text, const std::string& path) {
   UsersFile::LoadResult r = UsersFile::parse(text, path);
-  if (auto* e = std::get_if<std::string>(&r)) {
-    return UsersEditError{*e + " (fix the file before editing it)"};
-  }
-  *out = std::get<std::shared_ptr<const UsersFile>>(std::move(r));
-  return std::nullopt;
+  if (!r) return failure(r.error().to_string() + " (fix the file before editing it)");
+  return r;
 }
 
-UsersEditResult checked_after(std::string text, const std::string& path) {
+Result<std::string> checked_after(std::string text, const std::string& path) {
   UsersFile::LoadResult r = UsersFile::parse(text, path);
-  if (auto* e = std::get_if<std::string>(&r)) {
-    return UsersEditError{"the edited file would not be valid: " + *e};
-  }
+  if (!r) return failure("the edited file would not be valid: " + r.error().to_string());
   return text;
 }
 
 // Temp file in the same directory, 0600, fsync, rename over `path`, fsync of the directory: a
 // crash leaves the old file or the new one, never a mix.
-std::string write_atomically(const std::string& path, const std::string& text) {
+Result<> write_atomically(const std::string& path, const std::string& text) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "."
                           : slash == 0               ? "/"
                                                      : path.substr(0, slash);
   std::string tmp = path + ".tmp.XXXXXX";
   base::Fd fd(::mkostemp(tmp.data(), O_CLOEXEC));
-  if (!fd.valid()) return "cannot create a temp file next to " + path + ": " + std::strerror(errno);
+  if (!fd.valid())
+    return failure("cannot create a temp file next to " + path + ": " + std::strerror(errno));
   auto fail = [&](const std::string& what) {
     const int err = errno;
     fd.reset();
     ::unlink(tmp.c_str());
-    return what + " " + tmp + ": " + std::strerror(err);
+    return failure(what + " " + tmp + ": " + std::strerror(err));
   };
   if (::fchmod(fd.get(), 0600) != 0) return fail("cannot chmod");
   size_t done = 0;
@@ -385,16 +388,17 @@ std::string write_atomically(const std::string& path, const std::string& text) {
   if (fd.close() != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    return "cannot close " + tmp + ": " + std::strerror(err);
+    return failure("cannot close " + tmp + ": " + std::strerror(err));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    return "cannot rename " + tmp + " to " + path + ": " + std::strerror(err);
+    return failure("cannot rename " + tmp + " to " + path + ": " + std::strerror(err));
   }
   const base::Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dfd.valid() || ::fsync(dfd.get()) != 0) {
-    return "wrote " + path + " but cannot fsync its directory " + dir + ": " + std::strerror(errno);
+    return failure("wrote " + path + " but cannot fsync its directory " + dir + ": " +
+                   std::strerror(errno));
   }
   return {};
 }
@@ -409,15 +413,15 @@ std::string_view line_user(std::string_view line, bool* is_allow) {
 
 }  // namespace
 
-UsersEditResult add_user_to_text(std::string_view text, const std::string& path,
-                                 const UserEntry& entry, bool replace) {
-  if (std::string m = check_entry(entry); !m.empty()) return UsersEditError{m};
-  std::shared_ptr<const UsersFile> before;
-  if (auto e = check_before(text, path, &before)) return *e;
-  const bool exists = before->find(entry.name) != nullptr;
+Result<std::string> add_user_to_text(std::string_view text, const std::string& path,
+                                     const UserEntry& entry, bool replace) {
+  if (Result<> r = check_entry(entry); !r) return tl::unexpected(std::move(r.error()));
+  UsersFile::LoadResult before = check_before(text, path);
+  if (!before) return tl::unexpected(std::move(before.error()));
+  const bool exists = (*before)->find(entry.name) != nullptr;
   if (exists && !replace) {
-    return UsersEditError{"user " + quoted(entry.name) + " already exists in " + path +
-                          " (--replace changes its passcode and, given --allow, its rules)"};
+    return failure("user " + quoted(entry.name) + " already exists in " + path +
+                   " (--replace changes its passcode and, given --allow, its rules)");
   }
   std::string out;
   out.reserve(text.size() + 512);
@@ -446,13 +450,11 @@ UsersEditResult add_user_to_text(std::string_view text, const std::string& path,
   return checked_after(std::move(out), path);
 }
 
-UsersEditResult remove_user_from_text(std::string_view text, const std::string& path,
-                                      std::string_view name) {
-  std::shared_ptr<const UsersFile> before;
-  if (auto e = check_before(text, path, &before)) return *e;
-  if (before->find(name) == nullptr) {
-    return UsersEditError{"no user " + quoted(name) + " in " + path};
-  }
+Result<std::string> remove_user_from_text(std::string_view text, const std::string& path,
+                                          std::string_view name) {
+  UsersFile::LoadResult before = check_before(text, path);
+  if (!before) return tl::unexpected(std::move(before.error()));
+  if ((*before)->find(name) == nullptr) return failure("no user " + quoted(name) + " in " + path);
   std::string out;
   out.reserve(text.size());
   for (std::string_view line : split_lines(text)) {
@@ -464,20 +466,17 @@ UsersEditResult remove_user_from_text(std::string_view text, const std::string& 
   return checked_after(std::move(out), path);
 }
 
-std::string add_user_to_file(const std::string& path, const UserEntry& entry, bool replace) {
-  std::string text;
-  if (std::string e = read_all(path, true, &text); !e.empty()) return e;
-  UsersEditResult r = add_user_to_text(text, path, entry, replace);
-  if (auto* e = std::get_if<UsersEditError>(&r)) return e->message;
-  return write_atomically(path, std::get<std::string>(r));
+Result<> add_user_to_file(const std::string& path, const UserEntry& entry, bool replace) {
+  return read_all(path, true)
+      .and_then(
+          [&](const std::string& text) { return add_user_to_text(text, path, entry, replace); })
+      .and_then([&](const std::string& edited) { return write_atomically(path, edited); });
 }
 
-std::string remove_user_from_file(const std::string& path, std::string_view name) {
-  std::string text;
-  if (std::string e = read_all(path, false, &text); !e.empty()) return e;
-  UsersEditResult r = remove_user_from_text(text, path, name);
-  if (auto* e = std::get_if<UsersEditError>(&r)) return e->message;
-  return write_atomically(path, std::get<std::string>(r));
+Result<> remove_user_from_file(const std::string& path, std::string_view name) {
+  return read_all(path, false)
+      .and_then([&](const std::string& text) { return remove_user_from_text(text, path, name); })
+      .and_then([&](const std::string& edited) { return write_atomically(path, edited); });
 }
 
 // --- SpillAuth -----------------------------------------------------------------------------

@@ -36,9 +36,9 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
+#include "base/result.h"
 #include "dataplane/session/spill_session.h"
 
 namespace sluice::gateway {
@@ -71,8 +71,8 @@ struct UserEntry {
 // The users file, read and checked; immutable, shared by every worker's SpillAuth.
 class UsersFile {
  public:
-  using LoadResult = std::variant<std::shared_ptr<const UsersFile>, std::string>;
-  // The error string is "PATH:LINE: what is wrong" (or "PATH: ..." for a file that cannot be read).
+  // The error is "PATH:LINE: what is wrong" (or "PATH: ..." for a file that cannot be read).
+  using LoadResult = Result<std::shared_ptr<const UsersFile>>;
   static LoadResult load(const std::string& path);
   static LoadResult parse(std::string_view text, const std::string& path_for_messages);
 
@@ -85,34 +85,29 @@ class UsersFile {
   std::vector<UserEntry> users_;
 };
 
-// Checks used by the parser and by sluicectl; each returns what is wrong, or empty.
-std::string check_user_name(std::string_view name);
-std::string check_hash(std::string_view hash);
-std::string check_allow(std::string_view vhost, std::string_view queue);
+// Checks used by the parser and by sluicectl; each error says what is wrong.
+Result<> check_user_name(std::string_view name);
+Result<> check_hash(std::string_view hash);
+Result<> check_allow(std::string_view vhost, std::string_view queue);
 
-// An argon2id hash of `passcode` with kHashOpsLimit and kHashMemLimitBytes; nullopt when
+// An argon2id hash of `passcode` with kHashOpsLimit and kHashMemLimitBytes; an error when
 // libsodium cannot allocate the memory.
-std::optional<std::string> hash_passcode(std::string_view passcode);
+Result<std::string> hash_passcode(std::string_view passcode);
 
 // Editing the users file for `sluicectl user`. The text is checked before and after the edit;
-// comments and every other line are kept as they are.
-struct UsersEditError {
-  std::string message;
-};
-using UsersEditResult = std::variant<std::string, UsersEditError>;  // the new text
+// comments and every other line are kept as they are. Each returns the new text.
 // Adds `entry` at the end. A user already there is an error unless `replace`: then its `user`
 // line is rewritten in place, and its `allow` lines are replaced by entry.allows when that is
 // non-empty (kept otherwise, so that a passcode change keeps the ACL).
-UsersEditResult add_user_to_text(std::string_view text, const std::string& path,
-                                 const UserEntry& entry, bool replace);
+Result<std::string> add_user_to_text(std::string_view text, const std::string& path,
+                                     const UserEntry& entry, bool replace);
 // Removes the user's `user` line and all its `allow` lines; an unknown user is an error.
-UsersEditResult remove_user_from_text(std::string_view text, const std::string& path,
-                                      std::string_view name);
+Result<std::string> remove_user_from_text(std::string_view text, const std::string& path,
+                                          std::string_view name);
 // The same on the file: read (a missing file is empty for add), edit, then written atomically
 // (a temp file in the same directory, fsync, rename, fsync of the directory) with mode 0600.
-// Empty on success, else what is wrong.
-std::string add_user_to_file(const std::string& path, const UserEntry& entry, bool replace);
-std::string remove_user_from_file(const std::string& path, std::string_view name);
+Result<> add_user_to_file(const std::string& path, const UserEntry& entry, bool replace);
+Result<> remove_user_from_file(const std::string& path, std::string_view name);
 
 enum class SpillAuthMode : uint8_t {
   kUsersFile,  // credentials and ACL from the users file

@@ -8,6 +8,7 @@
 #include <random>
 #include <type_traits>
 
+#include "base/assert.h"
 #include "control/log.h"
 #include "gateway/metrics_families.h"
 
@@ -121,16 +122,16 @@ void SpillService::stop() {
   log_->stop();
 }
 
-std::optional<std::string> SpillService::set_tuning(uint64_t max_bytes, uint64_t queue_messages_max,
-                                                    uint64_t queue_bytes_max,
-                                                    uint32_t drain_rate_per_second) {
+Result<> SpillService::set_tuning(uint64_t max_bytes, uint64_t queue_messages_max,
+                                  uint64_t queue_bytes_max, uint32_t drain_rate_per_second) {
   // A refusal changes nothing: max_bytes is checked first, and set_queue_limits changes nothing
   // when it refuses.
   if (max_bytes / 2 < log_->options().segment_bytes) return log_->set_max_bytes(max_bytes);
-  if (auto e = log_->set_queue_limits(queue_messages_max, queue_bytes_max)) return e;
-  (void)log_->set_max_bytes(max_bytes);
+  if (Result<> r = log_->set_queue_limits(queue_messages_max, queue_bytes_max); !r) return r;
+  Result<> r = log_->set_max_bytes(max_bytes);
+  SLUICE_ASSERT(r);  // checked above
   drainer_->set_rate(drain_rate_per_second);
-  return std::nullopt;
+  return {};
 }
 
 void SpillService::set_nodes(std::vector<control::NodeSpec> nodes) {

@@ -42,8 +42,8 @@ class SpillService : public control::SpillAdmin {
   // spill.max_bytes, spill.queue_messages_max, spill.queue_bytes_max and
   // drain.rate_per_second while running (any thread): empty when applied, otherwise why not
   // (nothing changed).
-  std::optional<std::string> set_tuning(uint64_t max_bytes, uint64_t queue_messages_max,
-                                        uint64_t queue_bytes_max, uint32_t drain_rate_per_second);
+  Result<> set_tuning(uint64_t max_bytes, uint64_t queue_messages_max, uint64_t queue_bytes_max,
+                      uint32_t drain_rate_per_second);
   queue::SpillLog& log() { return *log_; }
 
   // control::SpillAdmin, on the control thread.

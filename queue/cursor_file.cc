@@ -56,17 +56,15 @@ std::string encode_cursors(const CursorSnapshot& s) {
   return out;
 }
 
-bool decode_cursors(const std::string& bytes, CursorSnapshot* out, std::string* why) {
-  *out = CursorSnapshot{};
+Result<CursorSnapshot> decode_cursors(const std::string& bytes) {
+  CursorSnapshot out;
   if (bytes.size() < kFixedBytes) {
-    *why = "too short";
-    return false;
+    return failure("too short");
   }
   uint32_t stored;
   std::memcpy(&stored, bytes.data() + bytes.size() - 8, 4);
   if (stored != crc32c(0, bytes.data(), bytes.size() - 8)) {
-    *why = "CRC mismatch";
-    return false;
+    return failure("CRC mismatch");
   }
   size_t pos = 0;
   uint64_t magic = 0;
@@ -74,10 +72,9 @@ bool decode_cursors(const std::string& bytes, CursorSnapshot* out, std::string* 
   get(bytes, pos, &magic);
   get(bytes, pos, &version);
   get(bytes, pos, &count);
-  get(bytes, pos, &out->seq_high);
+  get(bytes, pos, &out.seq_high);
   if (magic != kCursorMagic || version != kCursorVersion) {
-    *why = "bad magic or unsupported version";
-    return false;
+    return failure("bad magic or unsupported version");
   }
   const size_t end = bytes.size() - 8;
   for (uint32_t i = 0; i < count; ++i) {
@@ -85,27 +82,25 @@ bool decode_cursors(const std::string& bytes, CursorSnapshot* out, std::string* 
     CursorEntry e;
     if (!get(bytes, pos, &vl) || !get(bytes, pos, &ql) || !get(bytes, pos, &e.delivered_seq) ||
         end - pos < size_t(vl) + ql) {
-      *why = "entry " + std::to_string(i) + " truncated";
-      return false;
+      return failure("entry " + std::to_string(i) + " truncated");
     }
     e.vhost.assign(bytes.data() + pos, vl);
     e.queue.assign(bytes.data() + pos + vl, ql);
     pos += size_t(vl) + ql;
-    out->entries.push_back(std::move(e));
+    out.entries.push_back(std::move(e));
   }
   if (pos != end) {
-    *why = "trailing bytes";
-    return false;
+    return failure("trailing bytes");
   }
-  return true;
+  return out;
 }
 
-std::string write_cursor_file(const std::string& dir, const CursorSnapshot& s) {
+Result<> write_cursor_file(const std::string& dir, const CursorSnapshot& s) {
   const std::string path = dir + "/" + kCursorFileName;
   const std::string tmp = path + ".tmp";
   const std::string body = encode_cursors(s);
   base::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
-  if (!fd.valid()) return errno_text("cannot create", tmp);
+  if (!fd.valid()) return failure(errno_text("cannot create", tmp));
   size_t done = 0;
   while (done < body.size()) {
     const ssize_t r = ::write(fd.get(), body.data() + done, body.size() - done);
@@ -114,7 +109,7 @@ std::string write_cursor_file(const std::string& dir, const CursorSnapshot& s) {
       std::string e = errno_text("cannot write", tmp);
       fd.reset();
       ::unlink(tmp.c_str());
-      return e;
+      return failure(std::move(e));
     }
     done += size_t(r);
   }
@@ -122,44 +117,45 @@ std::string write_cursor_file(const std::string& dir, const CursorSnapshot& s) {
     std::string e = errno_text("cannot sync", tmp);
     fd.reset();
     ::unlink(tmp.c_str());
-    return e;
+    return failure(std::move(e));
   }
   fd.reset();  // synced: close's result adds nothing
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     std::string e = errno_text("cannot replace", path);
     ::unlink(tmp.c_str());
-    return e;
+    return failure(std::move(e));
   }
   // The rename is durable only once the directory is.
   const base::Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dfd.valid()) return errno_text("cannot open directory", dir);
-  if (::fsync(dfd.get()) != 0) return errno_text("cannot sync directory", dir);
+  if (!dfd.valid()) return failure(errno_text("cannot open directory", dir));
+  if (::fsync(dfd.get()) != 0) return failure(errno_text("cannot sync directory", dir));
   return {};
 }
 
-std::string read_cursor_file(const std::string& dir, CursorSnapshot* out) {
-  *out = CursorSnapshot{};
+Result<CursorSnapshot> read_cursor_file(const std::string& dir) {
   const std::string path = dir + "/" + kCursorFileName;
   base::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
-    if (errno == ENOENT) return {};
-    return errno_text("cannot open", path);
+    if (errno == ENOENT) return CursorSnapshot{};
+    return failure(errno_text("cannot open", path));
   }
   std::string bytes;
   char buf[65536];
   for (;;) {
     const ssize_t r = ::read(fd.get(), buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return errno_text("cannot read", path);
+    if (r < 0) return failure(errno_text("cannot read", path));
     if (r == 0) break;
     bytes.append(buf, size_t(r));
   }
   fd.reset();
-  std::string why;
-  if (!decode_cursors(bytes, out, &why))
-    return path + " is damaged (" + why + "); move it aside to start (undelivered messages " +
-           "already delivered may then be delivered again)";
-  return {};
+  Result<CursorSnapshot> decoded = decode_cursors(bytes);
+  if (!decoded) {
+    return failure(path + " is damaged (" + decoded.error().message +
+                   "); move it aside to start (undelivered messages already delivered may then "
+                   "be delivered again)");
+  }
+  return decoded;
 }
 
 }  // namespace sluice::queue

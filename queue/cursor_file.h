@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/result.h"
+
 namespace sluice::queue {
 
 struct CursorEntry {
@@ -23,13 +25,13 @@ struct CursorSnapshot {
 inline constexpr const char* kCursorFileName = "cursors";
 
 std::string encode_cursors(const CursorSnapshot& s);
-// False when the bytes are not a complete cursor file (bad magic, version, length or CRC).
-bool decode_cursors(const std::string& bytes, CursorSnapshot* out, std::string* why);
+// An error when the bytes are not a complete cursor file (bad magic, version, length or CRC).
+Result<CursorSnapshot> decode_cursors(const std::string& bytes);
 
-// Writes DIR/cursors atomically. Returns an empty string or what went wrong.
-std::string write_cursor_file(const std::string& dir, const CursorSnapshot& s);
-// Reads DIR/cursors; a missing file is an empty snapshot. Returns an empty string or the reason
-// the file cannot be used (the caller refuses to start: cursors lost means redelivery).
-std::string read_cursor_file(const std::string& dir, CursorSnapshot* out);
+// Writes DIR/cursors atomically.
+Result<> write_cursor_file(const std::string& dir, const CursorSnapshot& s);
+// Reads DIR/cursors; a missing file is an empty snapshot. The error is the reason the file
+// cannot be used (the caller refuses to start: cursors lost means redelivery).
+Result<CursorSnapshot> read_cursor_file(const std::string& dir);
 
 }  // namespace sluice::queue

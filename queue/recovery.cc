@@ -49,7 +49,7 @@ std::string errno_text(const char* what) {
 
 // Closes the last segment at its last good record: a seal, then the file cut just after it so
 // the preallocated rest is given back. New appends always go to a fresh segment.
-std::string seal_in_place(int fd, uint64_t offset, uint64_t count, uint64_t last_seq) {
+Result<> seal_in_place(int fd, uint64_t offset, uint64_t count, uint64_t last_seq) {
   uint8_t rec[kSealRecordBytes];
   RecordHeader h;
   h.length = uint32_t(kSealRecordBytes);
@@ -60,9 +60,10 @@ std::string seal_in_place(int fd, uint64_t offset, uint64_t count, uint64_t last
   std::memcpy(rec + kRecordHeaderBytes, &count, 8);
   seal_record(rec, uint32_t(kSealRecordBytes));
   if (::pwrite(fd, rec, sizeof rec, off_t(offset)) != ssize_t(sizeof rec))
-    return errno_text("cannot write the seal");
-  if (::ftruncate(fd, off_t(offset + sizeof rec)) != 0) return errno_text("cannot truncate");
-  if (::fsync(fd) != 0) return errno_text("cannot sync");
+    return failure(errno_text("cannot write the seal"));
+  if (::ftruncate(fd, off_t(offset + sizeof rec)) != 0)
+    return failure(errno_text("cannot truncate"));
+  if (::fsync(fd) != 0) return failure(errno_text("cannot sync"));
   return {};
 }
 
@@ -179,8 +180,9 @@ Result<> DirRecovery::scan_segments() {
   auto worker = [&] {
     ByteWindow wbuf;
     for (size_t i; (i = next.fetch_add(1)) < found.size();)
-      if (!scan_segment(found[i].fd, file_max, wbuf, &found[i].s, &errors[i]) && errors[i].empty())
-        errors[i] = "scan failed";
+      if (Result<> r = scan_segment(found[i].fd, file_max, wbuf, &found[i].s); !r) {
+        errors[i] = r.error().message.empty() ? "scan failed" : std::move(r.error().message);
+      }
   };
   const size_t nthreads = std::min<size_t>(kScanThreads, found.size());
   std::vector<std::thread> threads;
@@ -285,15 +287,15 @@ void DirRecovery::repair_last(FoundSegment& f) {
                              true,
                              {}});
   if (s.end == SegmentEnd::kSeal) return;
-  const std::string e = seal_in_place(f.fd, s.end_offset, s.messages.size(),
-                                      s.messages.empty() ? 0 : s.messages.back().seq);
-  if (!e.empty())
+  const Result<> sealed = seal_in_place(f.fd, s.end_offset, s.messages.size(),
+                                        s.messages.empty() ? 0 : s.messages.back().seq);
+  if (!sealed)
     report.issues.push_back({f.path,
                              f.number,
                              s.end_offset,
                              0,
                              0,
-                             "cannot seal the last segment (" + e +
+                             "cannot seal the last segment (" + sealed.error().message +
                                  "); it will be reported as unsealed at the next start",
                              false,
                              {}});

@@ -34,7 +34,7 @@ class Reader {
 
   // Makes bytes [from, min(to, size)) available, dropping what lies before `from`.
   // Precondition: to - from <= kWindowBytes. False on an I/O error.
-  bool ensure(uint64_t from, uint64_t to, std::string* error) {
+  bool ensure(uint64_t from, uint64_t to) {
     to = std::min(to, size_);
     if (to <= base_ + have_) return true;
     buf_.reserve(kWindowBytes);
@@ -50,7 +50,7 @@ class Reader {
       const ssize_t r = ::pread(fd_, buf_.data() + have_, want, off_t(at));
       if (r < 0) {
         if (errno == EINTR) continue;
-        *error = std::string("read: ") + std::strerror(errno);
+        error_ = std::string("read: ") + std::strerror(errno);
         return false;
       }
       if (r == 0) {  // shrank under us: treat what we have as the file
@@ -62,6 +62,8 @@ class Reader {
     return true;
   }
   uint64_t size() const { return size_; }
+  // What the read that failed said (after ensure returned false).
+  const std::string& error() const { return error_; }
   // Bytes available from `pos` (which must be inside the window).
   const uint8_t* at(uint64_t pos) const { return buf_.data() + (pos - base_); }
   uint64_t avail(uint64_t pos) const { return base_ + have_ - pos; }
@@ -72,6 +74,7 @@ class Reader {
   uint64_t base_ = 0;
   uint64_t have_ = 0;
   ByteWindow& buf_;
+  std::string error_;
 };
 
 bool all_zero(const uint8_t* p, size_t n) {
@@ -82,8 +85,8 @@ bool all_zero(const uint8_t* p, size_t n) {
 
 // Reads and checks the segment header. False on an I/O error; an unusable header is marked
 // kBadHeader in `out`, and then no record is read.
-bool scan_header(Reader& rd, ScannedSegment* out, std::string* error) {
-  if (!rd.ensure(0, kSegmentHeaderBytes, error)) return false;
+bool scan_header(Reader& rd, ScannedSegment* out) {
+  if (!rd.ensure(0, kSegmentHeaderBytes)) return false;
   out->header_check =
       decode_segment_header(std::span<const uint8_t>(rd.at(0), size_t(rd.avail(0))), &out->header);
   if (out->header_check != HeaderCheck::kOk) {
@@ -96,14 +99,13 @@ bool scan_header(Reader& rd, ScannedSegment* out, std::string* error) {
 
 // Brings the record at `pos` into the window, all of it when its length fits there, and checks
 // it. False only on an I/O error.
-inline bool read_record(Reader& rd, uint64_t pos, RecordHeader* h, RecordCheck* check,
-                        std::string* error) {
-  if (!rd.ensure(pos, pos + kRecordHeaderBytes, error)) return false;
+inline bool read_record(Reader& rd, uint64_t pos, RecordHeader* h, RecordCheck* check) {
+  if (!rd.ensure(pos, pos + kRecordHeaderBytes)) return false;
   uint32_t length = 0;
   if (rd.avail(pos) >= 4) std::memcpy(&length, rd.at(pos), 4);
   // A length the window cannot hold is damage (it is far above any record this log writes).
   if (length >= kRecordHeaderBytes && align_record(length) <= kWindowBytes &&
-      !rd.ensure(pos, pos + align_record(length), error))
+      !rd.ensure(pos, pos + align_record(length)))
     return false;
   *check = decode_record(std::span<const uint8_t>(rd.at(pos), size_t(rd.avail(pos))), h);
   return true;
@@ -177,7 +179,7 @@ inline bool RecordScan::take_seal(const RecordHeader& h, const uint8_t* payload)
 
 // Reads the records after the header until the data ends (seal, end of file, unwritten space)
 // or a record fails its checks, and sets out->end and out->end_offset. False on an I/O error.
-bool scan_records(Reader& rd, ScannedSegment* out, std::string* error) {
+bool scan_records(Reader& rd, ScannedSegment* out) {
   RecordScan scan{*out, {}, 0};
   uint64_t pos = kSegmentHeaderBytes;
   for (;;) {
@@ -187,7 +189,7 @@ bool scan_records(Reader& rd, ScannedSegment* out, std::string* error) {
     }
     RecordHeader h;
     RecordCheck c;
-    if (!read_record(rd, pos, &h, &c, error)) return false;
+    if (!read_record(rd, pos, &h, &c)) return false;
     if (c == RecordCheck::kZero) {
       out->end = SegmentEnd::kZero;
       break;
@@ -206,25 +208,25 @@ bool scan_records(Reader& rd, ScannedSegment* out, std::string* error) {
 // After damage at out->end_offset: resynchronises on 8-byte boundaries to count intact records
 // beyond it, and finds where the non-zero data ends. Reads the rest of the file through the
 // same window. False on an I/O error.
-bool measure_damage(Reader& rd, ScannedSegment* out, std::string* error) {
+bool measure_damage(Reader& rd, ScannedSegment* out) {
   const uint64_t pos = out->end_offset;
   uint64_t p = pos + kRecordAlign;
   uint64_t last_data = pos;
   for (uint64_t chunk = pos; chunk < rd.size(); chunk += kZeroBlockBytes) {
     const uint64_t end = std::min<uint64_t>(chunk + kZeroBlockBytes, rd.size());
-    if (!rd.ensure(chunk, end, error)) return false;
+    if (!rd.ensure(chunk, end)) return false;
     for (uint64_t q = chunk; q < end; ++q)
       if (*rd.at(q) != 0) last_data = q + 1;
   }
   while (p + kRecordHeaderBytes <= rd.size()) {
-    if (!rd.ensure(p, p + kZeroBlockBytes, error)) return false;
+    if (!rd.ensure(p, p + kZeroBlockBytes)) return false;
     if (p % kZeroBlockBytes == 0 &&
         all_zero(rd.at(p), size_t(std::min<uint64_t>(kZeroBlockBytes, rd.avail(p)))))
       break;
     uint32_t length = 0;
     std::memcpy(&length, rd.at(p), 4);
     if (length >= kRecordHeaderBytes && align_record(length) <= kWindowBytes &&
-        !rd.ensure(p, p + align_record(length), error))
+        !rd.ensure(p, p + align_record(length)))
       return false;
     RecordHeader h;
     if (decode_record(std::span<const uint8_t>(rd.at(p), size_t(rd.avail(p))), &h) ==
@@ -257,29 +259,26 @@ std::string_view segment_end_name(SegmentEnd e) {
   return "?";
 }
 
-bool scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& window, ScannedSegment* out,
-                  std::string* error) {
+Result<> scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& window, ScannedSegment* out) {
   *out = ScannedSegment{};
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    *error = std::string("stat: ") + std::strerror(errno);
-    return false;
-  }
+  if (::fstat(fd, &st) != 0) return failure(std::string("stat: ") + std::strerror(errno));
   out->file_bytes = uint64_t(st.st_size);
   if (out->file_bytes > file_bytes_max) {
     out->end = SegmentEnd::kBadHeader;
     out->damage =
         "file larger than the segment size limit (" + std::to_string(file_bytes_max) + " bytes)";
-    return true;
+    return {};
   }
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   // The window holds the largest record the format allows in this file, and at least 4 MiB.
   Reader rd(fd, out->file_bytes, window);
-  if (!scan_header(rd, out, error)) return false;
-  if (out->end == SegmentEnd::kBadHeader) return true;
-  if (!scan_records(rd, out, error)) return false;
-  if (out->end == SegmentEnd::kDamaged) return measure_damage(rd, out, error);
-  return true;
+  const bool read =
+      scan_header(rd, out) &&
+      (out->end == SegmentEnd::kBadHeader ||
+       (scan_records(rd, out) && (out->end != SegmentEnd::kDamaged || measure_damage(rd, out))));
+  if (!read) return failure(rd.error());
+  return {};
 }
 
 }  // namespace sluice::queue

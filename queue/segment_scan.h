@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/result.h"
 #include "queue/format.h"
 #include "queue/huge_pages.h"
 
@@ -55,9 +56,8 @@ struct ScannedSegment {
 };
 
 // Scans the open segment `fd` (at most `file_bytes_max` bytes of it; a bigger file is damage).
-// `window` is reused between calls. Returns false with `error` set only for an I/O error; damaged
-// content is reported in `out`, never as an error.
-bool scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& window, ScannedSegment* out,
-                  std::string* error);
+// `window` and `out` are reused between calls. An error only for an I/O error; damaged content
+// is reported in `out`, never as an error.
+Result<> scan_segment(int fd, uint64_t file_bytes_max, ByteWindow& window, ScannedSegment* out);
 
 }  // namespace sluice::queue

@@ -96,15 +96,15 @@ bool CursorWriter::write(const CursorSnapshot& s, uint64_t gen) {
   bool ok = true;
   // A newer snapshot already written (by write_now) must not be replaced by an older one.
   if (gen > persisted_.load(std::memory_order_relaxed)) {
-    std::string e = write_cursor_file(dir_, s);
-    if (e.empty()) {
+    Result<> written = write_cursor_file(dir_, s);
+    if (written) {
       metrics_.cursor_writes.fetch_add(1, std::memory_order_relaxed);
       persisted_.store(gen, std::memory_order_release);
     } else {
       ok = false;
       metrics_.cursor_write_errors.fetch_add(1, std::memory_order_relaxed);
       std::lock_guard<std::mutex> l(mu_);
-      error_ = std::move(e);
+      error_ = std::move(written.error().message);
     }
   }
   if (gen > finished_.load(std::memory_order_relaxed))
@@ -187,23 +187,25 @@ void LogState::log_event(LogSeverity s, std::string_view event, std::initializer
 
 namespace {
 
-std::string validate(const SpillOptions& o) {
+Result<> validate(const SpillOptions& o) {
   const uint64_t record_need = define_record_bytes(kVhostBytesMax, kQueueBytesMax) +
                                message_record_bytes(o.record_bytes_max, 0) + kSealRecordBytes;
-  if (o.dir.empty()) return "spill.dir is empty";
+  if (o.dir.empty()) return failure("spill.dir is empty");
   if (o.producers == 0 || o.producers > SpillOptions::kProducersMax)
-    return "producers must be 1.." + std::to_string(SpillOptions::kProducersMax);
+    return failure("producers must be 1.." + std::to_string(SpillOptions::kProducersMax));
   if (o.record_bytes_max == 0 || o.record_bytes_max > kRecordPayloadBytesMax)
-    return "record_bytes_max must be 1.." + std::to_string(kRecordPayloadBytesMax);
+    return failure("record_bytes_max must be 1.." + std::to_string(kRecordPayloadBytesMax));
   if (o.segment_bytes < kSegmentHeaderBytes + record_need || o.segment_bytes > (1ull << 32))
-    return "spill.segment_bytes must hold one largest record (record_bytes_max plus 1.4 KiB) "
-           "and be at most 4 GiB";
-  if (o.max_bytes < 2 * o.segment_bytes) return "spill.max_bytes must be at least 2 segments";
-  if (o.batch_bytes_max < 4096) return "batch_bytes_max must be at least 4096";
-  if (o.batch_records_max == 0) return "batch_records_max must be at least 1";
-  if (o.producer_ring_depth < 2) return "producer_ring_depth must be at least 2";
+    return failure(
+        "spill.segment_bytes must hold one largest record (record_bytes_max plus 1.4 KiB) "
+        "and be at most 4 GiB");
+  if (o.max_bytes < 2 * o.segment_bytes)
+    return failure("spill.max_bytes must be at least 2 segments");
+  if (o.batch_bytes_max < 4096) return failure("batch_bytes_max must be at least 4096");
+  if (o.batch_records_max == 0) return failure("batch_records_max must be at least 1");
+  if (o.producer_ring_depth < 2) return failure("producer_ring_depth must be at least 2");
   if (o.producer_arena_bytes < o.record_bytes_max + kVhostBytesMax + kQueueBytesMax)
-    return "producer_arena_bytes must hold one largest record plus its names";
+    return failure("producer_arena_bytes must hold one largest record plus its names");
   return {};
 }
 
@@ -354,21 +356,21 @@ const SpillOptions& SpillLog::options() const {
   return st_->opt;
 }
 
-std::optional<std::string> SpillLog::set_queue_limits(uint64_t messages_max, uint64_t bytes_max) {
-  if (messages_max == 0) return std::string("spill.queue_messages_max must be at least 1");
-  if (bytes_max == 0) return std::string("spill.queue_bytes_max must be at least 1");
+Result<> SpillLog::set_queue_limits(uint64_t messages_max, uint64_t bytes_max) {
+  if (messages_max == 0) return failure("spill.queue_messages_max must be at least 1");
+  if (bytes_max == 0) return failure("spill.queue_bytes_max must be at least 1");
   st_->queue_messages_max.store(messages_max, std::memory_order_relaxed);
   st_->queue_bytes_max.store(bytes_max, std::memory_order_relaxed);
-  return std::nullopt;
+  return {};
 }
 
-std::optional<std::string> SpillLog::set_max_bytes(uint64_t max_bytes) {
+Result<> SpillLog::set_max_bytes(uint64_t max_bytes) {
   if (max_bytes / 2 < st_->opt.segment_bytes) {
-    return "spill.max_bytes must be at least two segments: 2 x spill.segment_bytes = " +
-           std::to_string(2 * st_->opt.segment_bytes);
+    return failure("spill.max_bytes must be at least two segments: 2 x spill.segment_bytes = " +
+                   std::to_string(2 * st_->opt.segment_bytes));
   }
   st_->max_bytes.store(max_bytes, std::memory_order_relaxed);
-  return std::nullopt;
+  return {};
 }
 
 uint64_t SpillLog::max_bytes() const {
@@ -382,13 +384,14 @@ SpillLog::QueueLimits SpillLog::queue_limits() const {
 
 Result<std::unique_ptr<SpillLog>> SpillLog::open(SpillOptions options, RecoveryReport* report) {
   *report = RecoveryReport{};
-  if (std::string e = validate(options); !e.empty()) return failure("spill options: " + e);
+  if (Result<> r = validate(options); !r) return failure("spill options: " + r.error().message);
   std::unique_ptr<SpillLog> log(new SpillLog(std::move(options)));
   LogState& s = *log->st_;
   const std::string& dir = s.opt.dir;
   if (auto locked = lock_spill_dir(s); !locked) return tl::unexpected(locked.error());
-  CursorSnapshot cursors;
-  if (std::string e = read_cursor_file(dir, &cursors); !e.empty()) return failure(e);
+  Result<CursorSnapshot> read_cursors = read_cursor_file(dir);
+  if (!read_cursors) return tl::unexpected(std::move(read_cursors.error()));
+  CursorSnapshot cursors = std::move(*read_cursors);
   RecoveredLog rec;
   if (auto recovered = recover_dir(s.opt, &rec, report); !recovered) {
     return tl::unexpected(recovered.error());

@@ -62,14 +62,14 @@ class SpillLog {
     uint64_t bytes_max = 0;
     bool operator==(const QueueLimits&) const = default;
   };
-  std::optional<std::string> set_queue_limits(uint64_t messages_max, uint64_t bytes_max);
+  Result<> set_queue_limits(uint64_t messages_max, uint64_t bytes_max);
   QueueLimits queue_limits() const;
   // SpillOptions::max_bytes while the log runs, from any thread: checked each time a segment
   // is created or prepared. Lowered below what the segments take: no data is removed, appends
   // go on into the segment in use (and one already prepared), then are refused as spill full
   // until deliveries free enough (on_full = drop-oldest drops the oldest sealed segments down to
   // it instead). Refuses less than two segments, and changes nothing then.
-  std::optional<std::string> set_max_bytes(uint64_t max_bytes);
+  Result<> set_max_bytes(uint64_t max_bytes);
   uint64_t max_bytes() const;
 
   // Read side (any one thread, typically the drainer; safe against the spill thread).

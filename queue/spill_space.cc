@@ -16,24 +16,21 @@
 namespace sluice::queue {
 namespace {
 
-// A write-only O_DIRECT descriptor for a segment, or -1 and why not. The file system's own
-// alignment needs (statx, where it reports them) must divide our 4 KiB blocks.
-int open_direct(const std::string& path, std::string* why) {
+// A write-only O_DIRECT descriptor for a segment, or why not. The file system's own alignment
+// needs (statx, where it reports them) must divide our 4 KiB blocks.
+Result<int> open_direct(const std::string& path) {
   struct statx sx {};
   if (::statx(AT_FDCWD, path.c_str(), 0, STATX_DIOALIGN, &sx) == 0 &&
       (sx.stx_mask & STATX_DIOALIGN)) {
-    if (sx.stx_dio_offset_align == 0) {
-      *why = "the file system does not support O_DIRECT";
-      return -1;
-    }
+    if (sx.stx_dio_offset_align == 0) return failure("the file system does not support O_DIRECT");
     if (kDirectBlockBytes % sx.stx_dio_offset_align || kDirectBlockBytes % sx.stx_dio_mem_align) {
-      *why = "O_DIRECT needs " + std::to_string(sx.stx_dio_offset_align) + "-byte offsets and " +
-             std::to_string(sx.stx_dio_mem_align) + "-byte buffers, more than 4096";
-      return -1;
+      return failure("O_DIRECT needs " + std::to_string(sx.stx_dio_offset_align) +
+                     "-byte offsets and " + std::to_string(sx.stx_dio_mem_align) +
+                     "-byte buffers, more than 4096");
     }
   }
   const int fd = ::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) *why = std::strerror(errno);
+  if (fd < 0) return failure(std::strerror(errno));
   return fd;
 }
 }  // namespace
@@ -225,12 +222,13 @@ bool LogState::create_segment(AppendStatus* refusal) {
   seg.file->path = opt.dir + "/" + segment_file_name(number);
   seg.file->fd = fd;
   if (opt.direct_io && opt.segment_bytes % kDirectBlockBytes == 0) {
-    std::string why;
-    seg.file->direct_fd = open_direct(seg.file->path, &why);
-    if (seg.file->direct_fd < 0 && !direct_refused_logged) {
+    Result<int> direct = open_direct(seg.file->path);
+    seg.file->direct_fd = direct ? *direct : -1;
+    if (!direct && !direct_refused_logged) {
       direct_refused_logged = true;
-      log_event(LogSeverity::kInfo, "spill_direct_io_unavailable",
-                {{"file", seg.file->path}, {"reason", why}, {"writes", "buffered"}});
+      log_event(
+          LogSeverity::kInfo, "spill_direct_io_unavailable",
+          {{"file", seg.file->path}, {"reason", direct.error().message}, {"writes", "buffered"}});
     }
   }
   hold_writer_lock(seg.file->direct_fd >= 0 ? seg.file->direct_fd : seg.file->fd);

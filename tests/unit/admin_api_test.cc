@@ -8,6 +8,7 @@
 
 #include "control/admin_api.h"
 #include "control/log.h"
+#include "tests/unit/result_util.h"
 
 namespace sluice::control {
 namespace {
@@ -27,10 +28,11 @@ class AdminApiTest : public ::testing::Test {
     c.broker_node_names = {"rabbit@n0", ""};
     c.pins = {PinSpec{"/", "configured", "n1"}};
     control_ = std::make_unique<Control>(io_, c, Secrets{});
-    ASSERT_EQ(control_->load_state(), std::nullopt);
-    api_ = std::make_unique<AdminApi>(*control_, [this]() -> std::optional<std::string> {
+    ASSERT_EQ(sluice::error_of(control_->load_state()), "");
+    api_ = std::make_unique<AdminApi>(*control_, [this]() -> Result<> {
       ++reloads_;
-      return reload_error_;
+      if (reload_error_) return failure(*reload_error_);
+      return {};
     });
   }
   void TearDown() override {

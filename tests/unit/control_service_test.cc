@@ -14,9 +14,17 @@
 
 #include "control/control.h"
 #include "control/log.h"
+#include "tests/unit/result_util.h"
 
 namespace sluice::control {
 namespace {
+
+// reload's restart keys; a refused reload fails the test.
+std::vector<std::string> reload_ok(Control& c, const GatewayConfig& next) {
+  Result<std::vector<std::string>> r = c.reload(next, Secrets{});
+  EXPECT_EQ(error_of(r), "");
+  return r ? *r : std::vector<std::string>{};
+}
 
 using namespace std::chrono_literals;
 
@@ -72,7 +80,7 @@ class ControlTest : public ::testing::Test {
 
 TEST_F(ControlTest, PinReachesEveryWorkersReplica) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w0 = c.attach_worker(), w1 = c.attach_worker();
   c.start();
   PinRequest p{"/", "orders", "n1"};
@@ -95,7 +103,7 @@ TEST_F(ControlTest, PinReachesEveryWorkersReplica) {
 TEST_F(ControlTest, AttachedWorkerStartsWithWhatWasDecided) {
   config_.pins = {PinSpec{"/", "from-config", "n0"}};
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w = c.attach_worker();
   EXPECT_EQ(w.channel->to_worker.read_available(), 0u) << "filled directly, not through the ring";
   Route route = w.replica->lookup("/", "from-config");
@@ -105,7 +113,7 @@ TEST_F(ControlTest, AttachedWorkerStartsWithWhatWasDecided) {
 
 TEST_F(ControlTest, BacklogEventsSetTheDrainBarrierInEveryReplica) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w0 = c.attach_worker();
   c.start();
   c.set_backlog("/", "orders", true);
@@ -137,7 +145,7 @@ TEST_F(ControlTest, BacklogEventsSetTheDrainBarrierInEveryReplica) {
 
 TEST_F(ControlTest, WorkerPlacementIsRecordedAndSentToTheOtherWorkers) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w0 = c.attach_worker(), w1 = c.attach_worker();
   c.start();
   WorkerToControl report;
@@ -158,7 +166,7 @@ TEST_F(ControlTest, WorkerPlacementIsRecordedAndSentToTheOtherWorkers) {
 
 TEST_F(ControlTest, PlacementIsStickyWhenAnotherWorkerReportsADifferentNode) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w0 = c.attach_worker();
   c.start();
   Placed first;
@@ -185,7 +193,7 @@ TEST_F(ControlTest, LeastQueuesPolicyOverridesTheWorkersRendezvousChoice) {
   config_.placement = PlacementPolicy::kLeastQueues;
   config_.pins = {PinSpec{"/", "a", "n0"}, PinSpec{"/", "b", "n0"}};
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w = c.attach_worker();
   c.start();
   Placed m;
@@ -203,7 +211,7 @@ TEST_F(ControlTest, LeastQueuesPolicyOverridesTheWorkersRendezvousChoice) {
 TEST_F(ControlTest, PassiveFailuresCountTowardFall) {
   config_.health.fall = 2;
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w = c.attach_worker();
   c.start();
   ASSERT_TRUE(w.channel->to_control.try_push(PassiveFailure{1}));
@@ -232,7 +240,7 @@ TEST_F(ControlTest, ProbesTakeAClosedPortDownAndKeepAListeningNodeUp) {
   config_.health.rise = 1;
   config_.health.fall = 2;
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   c.start();
   ASSERT_TRUE(run_until([&] { return c.node("n1")->health == HealthState::kDown; }));
   ASSERT_TRUE(run_until([&] { return c.node("n0")->probes_ok >= 3; }));
@@ -249,7 +257,7 @@ TEST_F(ControlTest, ProbesTakeAClosedPortDownAndKeepAListeningNodeUp) {
 
 TEST_F(ControlTest, AdminStateChangesReachWorkersAndRefuseBadInput) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w = c.attach_worker();
   c.start();
   EXPECT_EQ(c.set_admin_state("n0", "drain"), std::nullopt);
@@ -269,7 +277,7 @@ TEST_F(ControlTest, AdminStateChangesReachWorkersAndRefuseBadInput) {
 
 TEST_F(ControlTest, PinBatchIsAllOrNothing) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   std::vector<PinRequest> batch = {{"/", "a", "n0"}, {"/", "b", "nope"}};
   std::optional<OpError> e = c.pin(batch);
   ASSERT_TRUE(e);
@@ -287,7 +295,7 @@ TEST_F(ControlTest, PinBatchIsAllOrNothing) {
 TEST_F(ControlTest, PinsBeyondQueuesMaxAreRefused) {
   config_.queues_max = 3;
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   std::vector<PinRequest> batch = {{"/", "a", "n0"}, {"/", "b", "n0"}, {"/", "c", "n0"}};
   ASSERT_EQ(c.pin(batch), std::nullopt);
   batch = {{"/", "a", "n1"}};
@@ -301,7 +309,7 @@ TEST_F(ControlTest, PinsBeyondQueuesMaxAreRefused) {
 
 TEST_F(ControlTest, UnpinFallsBackToTheLearnedOwner) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w = c.attach_worker();
   c.start();
   FeedPoll poll;
@@ -324,7 +332,7 @@ TEST_F(ControlTest, UnpinFallsBackToTheLearnedOwner) {
 
 TEST_F(ControlTest, FeedLearnsForgetsAndKeepsStateWhenAPollFails) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w = c.attach_worker();
   c.start();
   FeedPoll poll;
@@ -360,7 +368,7 @@ TEST_F(ControlTest, FeedLearnsForgetsAndKeepsStateWhenAPollFails) {
 
 TEST_F(ControlTest, SettingsChangeAtRunTimeAndRefuseBadValues) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   EXPECT_EQ(c.set_setting("log_level", "debug"), std::nullopt);
   EXPECT_EQ(log_level(), LogLevel::kDebug);
   EXPECT_EQ(c.setting("log_level"), "debug");
@@ -401,17 +409,17 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   config_.prelude_sessions_max = 100;
   config_.connect_timeout_ms = 2'000;
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   EXPECT_EQ(c.setting("limits.sessions_max"), "100");
   // Without a hook (no engine) a value is only recorded.
   EXPECT_EQ(c.set_setting("limits.connect_timeout_ms", "1500"), std::nullopt);
   EXPECT_EQ(c.config().connect_timeout_ms, 1'500u);
 
   std::vector<Control::LiveSettings> seen;
-  c.set_live_hook([&](const Control::LiveSettings& l) -> std::optional<std::string> {
+  c.set_live_hook([&](const Control::LiveSettings& l) -> Result<> {
     seen.push_back(l);
-    if (l.sessions_max > 100) return std::string("limits.sessions_max: above 100");
-    return std::nullopt;
+    if (l.sessions_max > 100) return failure("limits.sessions_max: above 100");
+    return {};
   });
   EXPECT_EQ(c.set_setting("limits.sessions_max", "40"), std::nullopt);
   ASSERT_EQ(seen.size(), 1u);
@@ -482,7 +490,7 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   next.prelude_sessions_max = 100;     // unchanged
   next.spill.max_bytes = 5 * segment;  // as set at run time: unchanged
   std::vector<std::string> restart;
-  ASSERT_EQ(c.reload(next, Secrets{}, &restart), std::nullopt);
+  restart = reload_ok(c, next);
   EXPECT_EQ(restart, std::vector<std::string>{"limits.sessions_max: above 100"});
   EXPECT_EQ(c.setting("limits.sessions_max"), "40");
   EXPECT_EQ(c.setting("limits.sessions_per_source_max"), "5");
@@ -492,7 +500,7 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   // spill.max_bytes changed by a reload applies.
   next.spill.max_bytes = 7 * segment;
   restart.clear();
-  ASSERT_EQ(c.reload(next, Secrets{}, &restart), std::nullopt);
+  restart = reload_ok(c, next);
   EXPECT_EQ(restart, std::vector<std::string>{"limits.sessions_max: above 100"});
   EXPECT_EQ(seen.back().spill_max_bytes, 7 * segment);
   EXPECT_EQ(c.setting("spill.max_bytes"), std::to_string(7 * segment));
@@ -500,7 +508,7 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   next.spill.on_full = SpillOnFull::kDropOldest;
   next.drain.window = 8;
   restart.clear();
-  ASSERT_EQ(c.reload(next, Secrets{}, &restart), std::nullopt);
+  restart = reload_ok(c, next);
   EXPECT_EQ(restart, (std::vector<std::string>{
                          "spill (other than max_bytes, queue_messages_max and queue_bytes_max)",
                          "drain (other than rate_per_second)", "limits.sessions_max: above 100"}));
@@ -508,7 +516,7 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
 
 TEST_F(ControlTest, ReloadAddsNodesAndWorkersPlaceOnThem) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w = c.attach_worker();
   c.start();
   GatewayConfig next = config_;
@@ -517,7 +525,7 @@ TEST_F(ControlTest, ReloadAddsNodesAndWorkersPlaceOnThem) {
   next.pins = {PinSpec{"/", "p", "n2"}};
   next.workers = 4;
   std::vector<std::string> restart;
-  ASSERT_EQ(c.reload(next, Secrets{}, &restart), std::nullopt);
+  restart = reload_ok(c, next);
   EXPECT_EQ(restart, std::vector<std::string>{"gateway.workers"});
   EXPECT_EQ(c.nodes().size(), 3u);
   EXPECT_EQ(c.queue("/", "p").pinned, "n2");
@@ -537,25 +545,24 @@ TEST_F(ControlTest, ReloadAddsNodesAndWorkersPlaceOnThem) {
 
 TEST_F(ControlTest, ReloadRefusesToRemoveANode) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   GatewayConfig next = config_;
   next.nodes.pop_back();
   next.broker_node_names.pop_back();
-  std::optional<std::string> e = c.reload(next, Secrets{}, nullptr);
-  ASSERT_TRUE(e);
-  EXPECT_NE(e->find("node \"n1\" is not in the new config"), std::string::npos) << *e;
+  const std::string e = error_of(c.reload(next, Secrets{}));
+  EXPECT_NE(e.find("node \"n1\" is not in the new config"), std::string::npos) << e;
   EXPECT_EQ(c.nodes().size(), 2u);
 }
 
 TEST_F(ControlTest, ReloadDropsAConfigPinOnlyIfUnchanged) {
   config_.pins = {PinSpec{"/", "a", "n0"}, PinSpec{"/", "b", "n0"}};
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   PinRequest p{"/", "b", "n1"};  // the operator moved b through the API
   ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
   GatewayConfig next = config_;
   next.pins.clear();
-  ASSERT_EQ(c.reload(next, Secrets{}, nullptr), std::nullopt);
+  reload_ok(c, next);
   EXPECT_FALSE(c.queue("/", "a").owner.has_value());
   EXPECT_EQ(c.queue("/", "b").pinned, "n1");
 }
@@ -563,7 +570,7 @@ TEST_F(ControlTest, ReloadDropsAConfigPinOnlyIfUnchanged) {
 TEST_F(ControlTest, PinsAndPlacementsSurviveARestart) {
   {
     Control& c = make();
-    ASSERT_EQ(c.load_state(), std::nullopt);
+    ASSERT_EQ(error_of(c.load_state()), "");
     Control::Worker w = c.attach_worker();
     c.start();
     PinRequest p{"/", "pinned", "n1"};
@@ -577,14 +584,14 @@ TEST_F(ControlTest, PinsAndPlacementsSurviveARestart) {
   }
   control_.reset();
   Control& again = make();
-  ASSERT_EQ(again.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(again.load_state()), "");
   EXPECT_EQ(again.queue("/", "pinned").pinned, "n1");
   EXPECT_EQ(again.queue("/", "placed").placed, "n0");
 }
 
 TEST_F(ControlTest, StateFileIsWrittenSoonAfterAChangeWhileRunning) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   c.start();
   PinRequest p{"/", "kept", "n1"};
   ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
@@ -601,7 +608,7 @@ TEST_F(ControlTest, StateFileIsWrittenSoonAfterAChangeWhileRunning) {
 
 TEST_F(ControlTest, AFailedStateWriteIsLoggedCountedAndKeepsTheTable) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   c.start();
   // The directory disappears under the running daemon: the write fails, the table stays.
   std::filesystem::remove_all(dir_);
@@ -620,10 +627,10 @@ TEST_F(ControlTest, ADamagedStateFileStopsTheStartAndNamesTheFile) {
     f << "not a state file\n";
   }
   Control& c = make();
-  std::optional<std::string> e = c.load_state();
-  ASSERT_TRUE(e);
-  EXPECT_NE(e->find(dir_ + "/ownership"), std::string::npos) << *e;
-  EXPECT_NE(e->find(".corrupt"), std::string::npos) << *e;
+  const std::string e = error_of(c.load_state());
+  ASSERT_NE(e, "");
+  EXPECT_NE(e.find(dir_ + "/ownership"), std::string::npos) << e;
+  EXPECT_NE(e.find(".corrupt"), std::string::npos) << e;
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/ownership.corrupt"));
 }
 
@@ -634,28 +641,28 @@ TEST_F(ControlTest, SecretsAreReadFromFilesWithoutTheirNewline) {
   }
   config_.health.passcode_file = dir_ + "/pass";
   auto s = read_secrets(config_);
-  ASSERT_TRUE(std::holds_alternative<Secrets>(s));
-  EXPECT_EQ(std::get<Secrets>(s).health_passcode, "s3cret");
+  ASSERT_EQ(error_of(s), "");
+  EXPECT_EQ(s->health_passcode, "s3cret");
   config_.health.passcode_file = dir_ + "/missing";
   s = read_secrets(config_);
-  ASSERT_TRUE(std::holds_alternative<std::string>(s));
-  EXPECT_NE(std::get<std::string>(s).find("health.passcode_file: cannot read passcode file"),
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("health.passcode_file: cannot read passcode file"),
             std::string::npos);
   config_.health.passcode_file = dir_ + "/pass";
   config_.drain.passcode_file = dir_ + "/pass";
   s = read_secrets(config_);
-  ASSERT_TRUE(std::holds_alternative<Secrets>(s));
-  EXPECT_EQ(std::get<Secrets>(s).drain_passcode, "s3cret");
+  ASSERT_EQ(error_of(s), "");
+  EXPECT_EQ(s->drain_passcode, "s3cret");
   config_.drain.passcode_file = dir_ + "/missing";
   s = read_secrets(config_);
-  ASSERT_TRUE(std::holds_alternative<std::string>(s));
-  EXPECT_NE(std::get<std::string>(s).find("drain.passcode_file: cannot read passcode file"),
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("drain.passcode_file: cannot read passcode file"),
             std::string::npos);
 }
 
 TEST_F(ControlTest, MetricsAreWellFormedPrometheusText) {
   Control& c = make();
-  ASSERT_EQ(c.load_state(), std::nullopt);
+  ASSERT_EQ(error_of(c.load_state()), "");
   const std::string m = c.metrics_text();
   size_t samples = 0;
   size_t pos = 0;

@@ -22,6 +22,7 @@
 #include "dataplane/dpdk/port/eal.h"
 #include "dataplane/dpdk/port/mbuf_pool.h"
 #include "dataplane/dpdk/port/port.h"
+#include "tests/unit/result_util.h"
 
 namespace sluice::dpdk::port {
 namespace {
@@ -146,7 +147,7 @@ struct RingPort {
 class DpdkPortTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    static const std::string error = eal_init(kEalArgs);
+    static const std::string error = error_of(eal_init(kEalArgs));
     eal_error_ = error;
   }
 
@@ -243,7 +244,7 @@ class DpdkPortTest : public ::testing::Test {
 };
 
 TEST_F(DpdkPortTest, EalRefusesASecondInitialization) {
-  const std::string error = eal_init(kEalArgs);
+  const std::string error = error_of(eal_init(kEalArgs));
   EXPECT_NE(error.find("already initialized"), std::string::npos) << error;
   EXPECT_TRUE(eal_running());
 }

@@ -96,16 +96,18 @@ TEST(LoadOptions, HelpIsNotAnError) {
 }
 
 TEST(LoadOptions, SizesTakeUnitsAndDistributions) {
-  SizeSpec s;
-  std::string error;
-  ASSERT_TRUE(parse_size("4K", &s, &error));
-  EXPECT_EQ(s.min, 4096u);
-  ASSERT_TRUE(parse_size("exp:512", &s, &error));
-  EXPECT_EQ(s.kind, SizeSpec::Kind::kExponential);
-  EXPECT_EQ(s.mean, 512u);
-  EXPECT_FALSE(parse_size("2M", &s, &error));
-  EXPECT_FALSE(parse_size("uniform:9-3", &s, &error));
-  EXPECT_FALSE(parse_size("12Q", &s, &error));
+  Result<SizeSpec> s = parse_size("4K");
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->min, 4096u);
+  s = parse_size("exp:512");
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->kind, SizeSpec::Kind::kExponential);
+  EXPECT_EQ(s->mean, 512u);
+  EXPECT_FALSE(parse_size("2M"));
+  EXPECT_FALSE(parse_size("uniform:9-3"));
+  s = parse_size("12Q");
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message, "'12Q' is not a size in bytes (256, 4K, 1M; at most 1M)");
 }
 
 struct BadOption {

@@ -3,6 +3,7 @@
 #include "control/ownership_table.h"
 
 #include "control/state_writer.h"
+#include "tests/unit/result_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -132,7 +133,7 @@ class StateFileTest : public ::testing::Test {
 TEST_F(StateFileTest, MissingFileIsAFirstStart) {
   OwnershipTable t(3);
   auto r = load_ownership(t, nodes_, path_);
-  ASSERT_TRUE(std::holds_alternative<LoadedOwnership>(r));
+  ASSERT_EQ(error_of(r), "");
   EXPECT_EQ(t.size(), 0u);
 }
 
@@ -142,12 +143,12 @@ TEST_F(StateFileTest, RoundTripKeepsPlacedAndPinnedWithOddNames) {
   t.place({"vh 1", "with space%and\nnewline"}, 2);
   t.pin({"/", "orders"}, 0);
   t.learn({"/", "learned-only"}, 2);  // not persisted: the feed brings it back
-  ASSERT_FALSE(save_ownership(t, nodes_, path_).has_value());
+  ASSERT_EQ(error_of(save_ownership(t, nodes_, path_)), "");
   OwnershipTable u(3);
   auto r = load_ownership(u, nodes_, path_);
-  ASSERT_TRUE(std::holds_alternative<LoadedOwnership>(r));
-  EXPECT_EQ(std::get<LoadedOwnership>(r).placed, 2u);
-  EXPECT_EQ(std::get<LoadedOwnership>(r).pinned, 1u);
+  ASSERT_EQ(error_of(r), "");
+  EXPECT_EQ(r->placed, 2u);
+  EXPECT_EQ(r->pinned, 1u);
   EXPECT_EQ(u.lookup({"/", "orders"})->node, 0);
   EXPECT_EQ(u.lookup({"/", "orders"})->source, OwnerSource::kPinned);
   EXPECT_EQ(u.find({"/", "orders"})->placed, 1);
@@ -160,13 +161,13 @@ TEST_F(StateFileTest, EntriesOfRemovedNodesAreReportedNotLoaded) {
   OwnershipTable t(3);
   t.place({"/", "on-c"}, 2);
   t.place({"/", "on-a"}, 0);
-  ASSERT_FALSE(save_ownership(t, nodes_, path_).has_value());
+  ASSERT_EQ(error_of(save_ownership(t, nodes_, path_)), "");
   std::vector<NodeSpec> fewer = {nodes_[0], nodes_[1]};
   OwnershipTable u(2);
   auto r = load_ownership(u, fewer, path_);
-  ASSERT_TRUE(std::holds_alternative<LoadedOwnership>(r));
-  ASSERT_EQ(std::get<LoadedOwnership>(r).dropped.size(), 1u);
-  EXPECT_NE(std::get<LoadedOwnership>(r).dropped[0].find("on-c"), std::string::npos);
+  ASSERT_EQ(error_of(r), "");
+  ASSERT_EQ(r->dropped.size(), 1u);
+  EXPECT_NE(r->dropped[0].find("on-c"), std::string::npos);
   EXPECT_TRUE(u.lookup({"/", "on-a"}).has_value());
 }
 
@@ -174,14 +175,14 @@ TEST_F(StateFileTest, EveryTruncationIsDetectedAndACopyIsKept) {
   OwnershipTable t(3);
   for (int i = 0; i < 20; ++i)
     t.place({"/", "q" + std::to_string(i)}, NodeIndex(i % 3));
-  ASSERT_FALSE(save_ownership(t, nodes_, path_).has_value());
+  ASSERT_EQ(error_of(save_ownership(t, nodes_, path_)), "");
   const std::string whole = read();
   for (size_t cut = 0; cut < whole.size(); ++cut) {
     write(whole.substr(0, cut));
     OwnershipTable u(3);
     auto r = load_ownership(u, nodes_, path_);
-    ASSERT_TRUE(std::holds_alternative<StateFileError>(r)) << "cut at " << cut;
-    EXPECT_EQ(std::get<StateFileError>(r).file, path_);
+    ASSERT_FALSE(r.has_value()) << "cut at " << cut;
+    EXPECT_EQ(r.error().file, path_);
     EXPECT_EQ(u.size(), 0u) << "a damaged file must not load half";
     EXPECT_TRUE(std::filesystem::exists(path_ + ".corrupt"));
   }
@@ -191,7 +192,7 @@ TEST_F(StateFileTest, EveryFlippedByteIsDetected) {
   OwnershipTable t(3);
   for (int i = 0; i < 5; ++i)
     t.place({"/", "q" + std::to_string(i)}, NodeIndex(i % 3));
-  ASSERT_FALSE(save_ownership(t, nodes_, path_).has_value());
+  ASSERT_EQ(error_of(save_ownership(t, nodes_, path_)), "");
   const std::string whole = read();
   for (size_t at = 0; at < whole.size(); ++at) {
     std::string bad = whole;
@@ -199,8 +200,8 @@ TEST_F(StateFileTest, EveryFlippedByteIsDetected) {
     write(bad);
     OwnershipTable u(3);
     auto r = load_ownership(u, nodes_, path_);
-    ASSERT_TRUE(std::holds_alternative<StateFileError>(r)) << "flip at " << at;
-    EXPECT_NE(std::get<StateFileError>(r).message.find("damaged"), std::string::npos);
+    ASSERT_FALSE(r.has_value()) << "flip at " << at;
+    EXPECT_NE(r.error().message.find("damaged"), std::string::npos);
   }
 }
 
@@ -208,9 +209,9 @@ TEST_F(StateFileTest, SaveIntoAMissingDirectoryFailsAndNamesTheFile) {
   OwnershipTable t(3);
   t.place({"/", "q"}, 0);
   auto e = save_ownership(t, nodes_, dir_ + "/no/such/dir/ownership");
-  ASSERT_TRUE(e.has_value());
-  EXPECT_NE(e->file.find("/no/such/dir/ownership"), std::string::npos);
-  EXPECT_NE(e->message.find("No such file"), std::string::npos);
+  ASSERT_FALSE(e.has_value());
+  EXPECT_NE(e.error().file.find("/no/such/dir/ownership"), std::string::npos);
+  EXPECT_NE(e.error().message.find("No such file"), std::string::npos);
 }
 
 }  // namespace
@@ -247,8 +248,8 @@ TEST_F(StateFileTest, WriterRendersFromItsCopyWhatTheTableHolds) {
   t.track_persisted_changes();
   std::mutex m;
   int writes = 0;
-  StateWriter writer(path_, 3, [&](const std::optional<StateFileError>& e) {
-    EXPECT_FALSE(e.has_value());
+  StateWriter writer(path_, 3, [&](const Result<>& e) {
+    EXPECT_EQ(error_of(e), "");
     std::lock_guard<std::mutex> lock(m);
     ++writes;
   });
@@ -273,10 +274,10 @@ TEST_F(StateFileTest, WriterRendersFromItsCopyWhatTheTableHolds) {
   // The same entries as the table renders itself; line order follows each table's own hashing,
   // so both files are loaded and compared entry by entry.
   OwnershipTable a(3), b(3);
-  ASSERT_FALSE(save_ownership(t, nodes_, path_).has_value());
-  ASSERT_TRUE(std::holds_alternative<LoadedOwnership>(load_ownership(b, nodes_, path_)));
+  ASSERT_EQ(error_of(save_ownership(t, nodes_, path_)), "");
+  ASSERT_EQ(error_of(load_ownership(b, nodes_, path_)), "");
   write(from_writer);
-  ASSERT_TRUE(std::holds_alternative<LoadedOwnership>(load_ownership(a, nodes_, path_)));
+  ASSERT_EQ(error_of(load_ownership(a, nodes_, path_)), "");
   EXPECT_EQ(a.size(), 201u);
   EXPECT_EQ(a.size(), b.size());
   b.for_each([&](const QueueKey& k, const OwnershipTable::Entry& e) {

@@ -130,9 +130,9 @@ TEST(SpillCursorFile, RoundTripsAndRejectsAnyDamage) {
   s.entries.push_back({"/", "orders", 17});
   s.entries.push_back({"vh", std::string("q\nwith\0odd", 10), 900});
   const std::string bytes = encode_cursors(s);
-  CursorSnapshot d;
-  std::string why;
-  ASSERT_TRUE(decode_cursors(bytes, &d, &why)) << why;
+  Result<CursorSnapshot> decoded = decode_cursors(bytes);
+  ASSERT_TRUE(decoded) << decoded.error().message;
+  const CursorSnapshot& d = *decoded;
   EXPECT_EQ(d.seq_high, 1000u);
   ASSERT_EQ(d.entries.size(), 2u);
   EXPECT_EQ(d.entries[1].queue, std::string("q\nwith\0odd", 10));
@@ -140,10 +140,10 @@ TEST(SpillCursorFile, RoundTripsAndRejectsAnyDamage) {
   for (size_t i = 0; i < bytes.size() - 4; ++i) {  // the last 4 bytes are padding
     std::string c = bytes;
     c[i] = char(c[i] ^ 0x04);
-    EXPECT_FALSE(decode_cursors(c, &d, &why)) << "byte " << i;
+    EXPECT_FALSE(decode_cursors(c)) << "byte " << i;
   }
   for (size_t n = 0; n < bytes.size(); ++n)
-    EXPECT_FALSE(decode_cursors(bytes.substr(0, n), &d, &why));
+    EXPECT_FALSE(decode_cursors(bytes.substr(0, n)));
 }
 
 }  // namespace

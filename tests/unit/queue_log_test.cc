@@ -234,23 +234,23 @@ TEST(SpillLog, QueueLimitsChangedWhileRunningApplyToTheNextAppends) {
     ASSERT_EQ(append_wait(log->producer(0), uint64_t(i), "/", "q", "", "m").status,
               AppendStatus::kDurable);
   // Lowered below what the queue holds: its three stay, the next is refused.
-  ASSERT_EQ(log->set_queue_limits(2, o.queue_bytes_max), std::nullopt);
+  ASSERT_TRUE(log->set_queue_limits(2, o.queue_bytes_max));
   EXPECT_EQ(append_wait(log->producer(0), 3, "/", "q", "", "m").status, AppendStatus::kQueueFull);
   EXPECT_EQ(read_all(*log, "/", "q").size(), 3u);
   // Raised above the value at start: appends go on past it.
-  ASSERT_EQ(log->set_queue_limits(8, o.queue_bytes_max), std::nullopt);
+  ASSERT_TRUE(log->set_queue_limits(8, o.queue_bytes_max));
   for (int i = 4; i < 9; ++i)
     ASSERT_EQ(append_wait(log->producer(0), uint64_t(i), "/", "q", "", "m").status,
               AppendStatus::kDurable)
         << i;
   EXPECT_EQ(append_wait(log->producer(0), 9, "/", "q", "", "m").status, AppendStatus::kQueueFull);
   // The byte limit likewise: a record larger than it is refused.
-  ASSERT_EQ(log->set_queue_limits(100, 64), std::nullopt);
+  ASSERT_TRUE(log->set_queue_limits(100, 64));
   EXPECT_EQ(append_wait(log->producer(0), 10, "/", "other", "", std::string(200, 'x')).status,
             AppendStatus::kQueueFull);
   // Zeros are refused and change nothing.
-  EXPECT_TRUE(log->set_queue_limits(0, 64));
-  EXPECT_TRUE(log->set_queue_limits(100, 0));
+  EXPECT_FALSE(log->set_queue_limits(0, 64));
+  EXPECT_FALSE(log->set_queue_limits(100, 0));
   EXPECT_EQ(log->queue_limits(), (SpillLog::QueueLimits{100, 64}));
   EXPECT_EQ(log->metrics().refused_queue_full.load(), 3u);
 }
@@ -528,20 +528,20 @@ TEST(SpillLog, MaxBytesChangedWhileRunningAppliesToTheNextSegment) {
   EXPECT_GT(first, 20);
   durable += first;
   // Raised: the full log takes appends again, up to the new size.
-  ASSERT_EQ(log->set_max_bytes(6 * o.segment_bytes), std::nullopt);
+  ASSERT_TRUE(log->set_max_bytes(6 * o.segment_bytes));
   const int second = fill();
   EXPECT_GT(second, 20);
   durable += second;
   EXPECT_LE(log->metrics().disk_bytes.load(), 6 * o.segment_bytes);
   EXPECT_GT(log->metrics().disk_bytes.load(), 3 * o.segment_bytes);
   // Lowered below what the segments take: nothing is removed, and appends stay refused.
-  ASSERT_EQ(log->set_max_bytes(2 * o.segment_bytes), std::nullopt);
+  ASSERT_TRUE(log->set_max_bytes(2 * o.segment_bytes));
   EXPECT_EQ(append_wait(log->producer(0), uint64_t(next), "/", "q", "", body_of(next, 1000)).status,
             AppendStatus::kSpillFull);
   ++next;
   EXPECT_EQ(read_all(*log, "/", "q").size(), size_t(durable));
   // Under two segments is refused and changes nothing.
-  EXPECT_TRUE(log->set_max_bytes(2 * o.segment_bytes - 1));
+  EXPECT_FALSE(log->set_max_bytes(2 * o.segment_bytes - 1));
   EXPECT_EQ(log->max_bytes(), 2 * o.segment_bytes);
   EXPECT_EQ(log->metrics().refused_spill_full.load(), 3u);
 }

@@ -29,7 +29,7 @@ class ReplicaRouterTest : public ::testing::Test {
     nodes_ = {{"n0", "127.0.0.1", 61001, 100},
               {"n1", "127.0.0.1", 61002, 100},
               {"n2", "127.0.0.1", 61003, 100}};
-    ASSERT_FALSE(directory_.set(nodes_));
+    ASSERT_TRUE(directory_.set(nodes_));
     channel_ = std::make_unique<control::WorkerChannel>();
     control::Control::Worker w{channel_.get(), std::make_unique<control::Replica>(nodes_, 1024)};
     router_ = std::make_unique<ReplicaRouter>(std::move(w), directory_, "test0");

@@ -1,6 +1,7 @@
 // Tests of the spill users file (parsing, errors, editing), SpillAuth (credentials, cache, ACL,
 // modes) and `sluicectl user` run as a process.
 #include "gateway/spill_auth.h"
+#include "tests/unit/result_util.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -26,38 +27,38 @@ const std::string& hash_of(const std::string& passcode) {
   static std::map<std::string, std::string> made;
   auto it = made.find(passcode);
   if (it != made.end()) return it->second;
-  std::optional<std::string> h = hash_passcode(passcode);
-  EXPECT_TRUE(h.has_value());
+  Result<std::string> h = hash_passcode(passcode);
+  EXPECT_TRUE(h.has_value()) << h.error().message;
   return made.emplace(passcode, h.value_or("")).first->second;
 }
 
 std::shared_ptr<const UsersFile> must_parse(const std::string& text) {
   UsersFile::LoadResult r = UsersFile::parse(text, "users");
-  if (auto* e = std::get_if<std::string>(&r)) {
-    ADD_FAILURE() << "refused: " << *e << "\n" << text;
+  if (!r) {
+    ADD_FAILURE() << "refused: " << r.error().message << "\n" << text;
     return nullptr;
   }
-  return std::get<std::shared_ptr<const UsersFile>>(r);
+  return *r;
 }
 
 std::string must_fail(const std::string& text) {
   UsersFile::LoadResult r = UsersFile::parse(text, "users");
-  if (auto* e = std::get_if<std::string>(&r)) return *e;
+  if (!r) return r.error().message;
   ADD_FAILURE() << "accepted:\n" << text;
   return {};
 }
 
-std::string edited(const UsersEditResult& r) {
-  if (auto* e = std::get_if<UsersEditError>(&r)) {
-    ADD_FAILURE() << "edit refused: " << e->message;
+std::string edited(const Result<std::string>& r) {
+  if (!r) {
+    ADD_FAILURE() << "edit refused: " << r.error().message;
     return {};
   }
-  return std::get<std::string>(r);
+  return *r;
 }
 
-std::string edit_error(const UsersEditResult& r) {
-  if (auto* e = std::get_if<UsersEditError>(&r)) return e->message;
-  ADD_FAILURE() << "edit accepted:\n" << std::get<std::string>(r);
+std::string edit_error(const Result<std::string>& r) {
+  if (!r) return r.error().message;
+  ADD_FAILURE() << "edit accepted:\n" << *r;
   return {};
 }
 
@@ -104,7 +105,7 @@ std::string alice_and_bob() {
 TEST(SpillAuthHash, UsesTheDocumentedParameters) {
   const std::string& h = hash_of("alice-pw");
   EXPECT_EQ(h.rfind("$argon2id$v=19$m=8192,t=2,p=1$", 0), 0u) << h;
-  EXPECT_EQ(check_hash(h), "");
+  EXPECT_EQ(error_of(check_hash(h)), "");
   EXPECT_EQ(kHashMemLimitBytes, 8u << 20);
   EXPECT_EQ(kHashOpsLimit, 2u);
 }
@@ -176,8 +177,8 @@ TEST(UsersFile, ErrorsNameFileLineAndWhatIsWrong) {
 
 TEST(UsersFile, LoadNamesAMissingFile) {
   UsersFile::LoadResult r = UsersFile::load("/nonexistent/spill-users");
-  ASSERT_TRUE(std::holds_alternative<std::string>(r));
-  EXPECT_EQ(std::get<std::string>(r).rfind("/nonexistent/spill-users: cannot open", 0), 0u);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().message.rfind("/nonexistent/spill-users: cannot open", 0), 0u);
 }
 
 TEST(UsersFile, AclMatchesExactPrefixAnyAndVhost) {
@@ -387,7 +388,7 @@ TEST(UsersEditor, FileIsWrittenWithMode0600AndNoTempLeft) {
   TempDir dir;
   const std::string path = dir.path() + "/users";
   UserEntry alice{"alice", hash_of("alice-pw"), {{"/", "orders"}}};
-  ASSERT_EQ(add_user_to_file(path, alice, false), "");
+  ASSERT_EQ(error_of(add_user_to_file(path, alice, false)), "");
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -396,19 +397,19 @@ TEST(UsersEditor, FileIsWrittenWithMode0600AndNoTempLeft) {
     out << "# added by hand\n";
   }
   UserEntry bob{"bob", hash_of("bob-pw"), {}};
-  ASSERT_EQ(add_user_to_file(path, bob, false), "");
-  EXPECT_NE(add_user_to_file(path, bob, false), "");
-  ASSERT_EQ(remove_user_from_file(path, "alice"), "");
+  ASSERT_EQ(error_of(add_user_to_file(path, bob, false)), "");
+  EXPECT_NE(error_of(add_user_to_file(path, bob, false)), "");
+  ASSERT_EQ(error_of(remove_user_from_file(path, "alice")), "");
   EXPECT_EQ(read_file(path).find("alice"), std::string::npos);
   EXPECT_NE(read_file(path).find("# added by hand\nuser bob "), std::string::npos);
   size_t entries = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path()))
     ++entries;
   EXPECT_EQ(entries, 1u);
-  EXPECT_NE(remove_user_from_file(dir.path() + "/missing", "bob"), "");
+  EXPECT_NE(error_of(remove_user_from_file(dir.path() + "/missing", "bob")), "");
   UsersFile::LoadResult r = UsersFile::load(path);
-  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<const UsersFile>>(r));
-  EXPECT_NE(std::get<std::shared_ptr<const UsersFile>>(r)->find("bob"), nullptr);
+  ASSERT_EQ(error_of(r), "");
+  EXPECT_NE((*r)->find("bob"), nullptr);
 }
 
 // --- sluicectl user, run as a process ---------------------------------------------------------
@@ -463,9 +464,8 @@ TEST(SluicectlUser, AddListRemove) {
   EXPECT_EQ(json.out.find("argon2"), std::string::npos) << json.out;
 
   UsersFile::LoadResult r = UsersFile::load(users);
-  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<const UsersFile>>(r))
-      << std::get<std::string>(r);
-  SpillAuth auth(std::get<std::shared_ptr<const UsersFile>>(r), false);
+  ASSERT_EQ(error_of(r), "");
+  SpillAuth auth(*r, false);
   EXPECT_TRUE(auth.authenticate("alice", "s3cret"));
   EXPECT_TRUE(auth.authenticate("bob", "bob-pw"));
   EXPECT_FALSE(auth.authenticate("bob", "x"));
@@ -479,8 +479,8 @@ TEST(SluicectlUser, AddListRemove) {
   EXPECT_EQ(run(ctl + " user remove alice --users-file " + users).code, 0);
   EXPECT_EQ(run(ctl + " user remove alice --users-file " + users).code, 1);
   r = UsersFile::load(users);
-  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<const UsersFile>>(r));
-  SpillAuth after(std::get<std::shared_ptr<const UsersFile>>(r), false);
+  ASSERT_EQ(error_of(r), "");
+  SpillAuth after(*r, false);
   EXPECT_FALSE(after.authenticate("alice", "s3cret"));
   EXPECT_TRUE(after.authenticate("bob", "new-pw"));
   EXPECT_TRUE(after.authorize("bob", QueueKey{"/", "orders", false}));

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/unit/result_util.h"
 #include "tests/unit/stomp_frames.h"
 
 namespace sluice::uring {
@@ -497,11 +498,6 @@ class FakeHooks final : public session::SpillHooks {
   std::atomic<bool> authenticate_ok{true};
   std::atomic<bool> authorize_ok{true};
 };
-
-// The error's message, or "" for a success.
-std::string error_of(const Result<>& r) {
-  return r ? std::string() : r.error().message;
-}
 
 LogFn nullptr_log() {
   return [](LogLevel, std::string_view, std::span<const LogField>) {};

@@ -33,77 +33,95 @@ bool parse_bytes(std::string_view s, uint32_t* out) {
   return true;
 }
 
-// "HOST:PORT" with a dotted IPv4 host (or localhost) and a port 1-65535.
-bool parse_address(const std::string& text, std::string* host, uint16_t* port) {
+struct Address {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// "HOST:PORT" with a dotted IPv4 host (or localhost) and a port 1-65535; nothing otherwise.
+std::optional<Address> parse_address(const std::string& text) {
   const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
   std::string h = text.substr(0, colon);
   if (h == "localhost") h = "127.0.0.1";
   in_addr a{};
-  if (inet_pton(AF_INET, h.c_str(), &a) != 1) return false;
+  if (inet_pton(AF_INET, h.c_str(), &a) != 1) return std::nullopt;
   uint32_t p = 0;
   std::string_view ps(text.data() + colon + 1, text.size() - colon - 1);
   auto [end, ec] = std::from_chars(ps.data(), ps.data() + ps.size(), p);
-  if (ec != std::errc() || end != ps.data() + ps.size() || p == 0 || p > 65535) return false;
-  *host = h;
-  *port = uint16_t(p);
-  return true;
+  if (ec != std::errc() || end != ps.data() + ps.size() || p == 0 || p > 65535) {
+    return std::nullopt;
+  }
+  return Address{h, uint16_t(p)};
 }
 
-std::string validate(LoadOptions& o, const std::string& target, const std::string& passcode_file,
-                     const std::string& size, bool passcode_given) {
-  if (!parse_address(target, &o.host, &o.port))
-    return "--target: '" + target + "' is not HOST:PORT with an IPv4 host and a port 1-65535";
+Result<> validate(LoadOptions& o, const std::string& target, const std::string& passcode_file,
+                  const std::string& size, bool passcode_given) {
+  std::optional<Address> address = parse_address(target);
+  if (!address)
+    return failure("--target: '" + target +
+                   "' is not HOST:PORT with an IPv4 host and a port 1-65535");
+  o.host = address->host;
+  o.port = address->port;
   if (!passcode_file.empty()) {
-    if (passcode_given) return "--passcode-file: give either --passcode or --passcode-file";
+    if (passcode_given)
+      return failure("--passcode-file: give either --passcode or --passcode-file");
     std::ifstream f(passcode_file);
-    if (!f) return "--passcode-file: cannot read '" + passcode_file + "'";
+    if (!f) return failure("--passcode-file: cannot read '" + passcode_file + "'");
     std::getline(f, o.passcode);
     while (!o.passcode.empty() && (o.passcode.back() == '\r' || o.passcode.back() == ' '))
       o.passcode.pop_back();
   }
-  std::string error;
-  if (!parse_size(size, &o.size, &error)) return "--size: " + error;
+  Result<SizeSpec> parsed_size = parse_size(size);
+  if (!parsed_size) return failure("--size: " + parsed_size.error().message);
+  o.size = *parsed_size;
   const uint64_t conns = uint64_t(o.connections) + o.consumer_connections;
-  if (conns == 0) return "--connections: no producer and no consumer connection to run";
+  if (conns == 0) return failure("--connections: no producer and no consumer connection to run");
   if (conns > Limits::kConnectionsMax)
-    return "--connections: producer plus consumer connections exceed " +
-           std::to_string(Limits::kConnectionsMax);
+    return failure("--connections: producer plus consumer connections exceed " +
+                   std::to_string(Limits::kConnectionsMax));
   if (o.producers_per_connection == 0 || o.producers_per_connection > Limits::kPerConnectionMax)
-    return "--producers-per-connection: must be 1 to " + std::to_string(Limits::kPerConnectionMax);
+    return failure("--producers-per-connection: must be 1 to " +
+                   std::to_string(Limits::kPerConnectionMax));
   if (o.consumers_per_connection == 0 || o.consumers_per_connection > Limits::kPerConnectionMax)
-    return "--consumers-per-connection: must be 1 to " + std::to_string(Limits::kPerConnectionMax);
+    return failure("--consumers-per-connection: must be 1 to " +
+                   std::to_string(Limits::kPerConnectionMax));
   if (o.queues == 0 || o.queues > Limits::kQueuesMax)
-    return "--queues: must be 1 to " + std::to_string(Limits::kQueuesMax);
+    return failure("--queues: must be 1 to " + std::to_string(Limits::kQueuesMax));
   if (uint64_t(o.queues) * o.producers() > Limits::kStreamsMax)
-    return "--queues: queues x producers exceeds " + std::to_string(Limits::kStreamsMax) +
-           " streams the checker tracks; use fewer queues or producers";
+    return failure("--queues: queues x producers exceeds " + std::to_string(Limits::kStreamsMax) +
+                   " streams the checker tracks; use fewer queues or producers");
   if (o.consumers() > 0 && o.consumers() < o.queues)
-    return "--consumer-connections: " + std::to_string(o.consumers()) + " consumers for " +
-           std::to_string(o.queues) + " queues; every queue needs at least one consumer";
+    return failure("--consumer-connections: " + std::to_string(o.consumers()) + " consumers for " +
+                   std::to_string(o.queues) + " queues; every queue needs at least one consumer");
   if (o.queue_pattern.find("{i}") == std::string::npos && o.queues > 1)
-    return "--queue-pattern: '" + o.queue_pattern + "' has no {i} for the queue index";
-  if (o.queue_pattern.empty()) return "--queue-pattern: empty";
+    return failure("--queue-pattern: '" + o.queue_pattern + "' has no {i} for the queue index");
+  if (o.queue_pattern.empty()) return failure("--queue-pattern: empty");
   if (o.window == 0 || o.window > Limits::kWindowMax)
-    return "--window: must be 1 to " + std::to_string(Limits::kWindowMax);
+    return failure("--window: must be 1 to " + std::to_string(Limits::kWindowMax));
   if (!(o.rate >= 0 && o.rate <= Limits::kRateMax))
-    return "--rate: must be 0 (unlimited) to " + std::to_string(uint64_t(Limits::kRateMax));
+    return failure("--rate: must be 0 (unlimited) to " +
+                   std::to_string(uint64_t(Limits::kRateMax)));
   if (!(o.duration_s >= 0 && o.duration_s <= Limits::kDurationMax_s))
-    return "--duration: must be 0 to " + std::to_string(uint64_t(Limits::kDurationMax_s)) + " s";
+    return failure("--duration: must be 0 to " + std::to_string(uint64_t(Limits::kDurationMax_s)) +
+                   " s");
   if (o.count > 0 && o.producers() > 0 && o.count > Checker::kTrackedMessagesMax / o.producers())
-    return "--count: producers x count exceeds the 2^30 messages a run tracks";
+    return failure("--count: producers x count exceeds the 2^30 messages a run tracks");
   if (o.duration_s == 0 && o.count == 0) o.duration_s = Limits::kDurationDefault_s;
   if (o.duration_s == 0) o.duration_s = Limits::kDurationMax_s;
   if (!(o.drain_timeout_s >= 0 && o.drain_timeout_s <= Limits::kDrainTimeoutMax_s))
-    return "--drain-timeout: must be 0 to " + std::to_string(uint64_t(Limits::kDrainTimeoutMax_s));
-  if (!(o.interval_s >= 0.1 && o.interval_s <= 60)) return "--interval: must be 0.1 to 60 s";
+    return failure("--drain-timeout: must be 0 to " +
+                   std::to_string(uint64_t(Limits::kDrainTimeoutMax_s)));
+  if (!(o.interval_s >= 0.1 && o.interval_s <= 60))
+    return failure("--interval: must be 0.1 to 60 s");
   if (o.prefetch > Limits::kPrefetchMax)
-    return "--prefetch: must be 0 to " + std::to_string(Limits::kPrefetchMax);
+    return failure("--prefetch: must be 0 to " + std::to_string(Limits::kPrefetchMax));
   if (o.session_messages > Limits::kSessionMessagesMax)
-    return "--new-session: must be 0 to " + std::to_string(Limits::kSessionMessagesMax);
+    return failure("--new-session: must be 0 to " + std::to_string(Limits::kSessionMessagesMax));
   if (o.session_messages > 0 && !o.receipts)
-    return "--new-session: sessions end after their receipts; it cannot run with --no-receipts";
-  if (o.vhost.empty()) return "--vhost: empty";
+    return failure(
+        "--new-session: sessions end after their receipts; it cannot run with --no-receipts");
+  if (o.vhost.empty()) return failure("--vhost: empty");
   return {};
 }
 
@@ -176,22 +194,24 @@ CLI::App* add_serve_command(CLI::App& app, ServeOptions& s, std::string& listen)
   return serve;
 }
 
-// The serve command's options; nothing when they hold, else the error naming the option.
-std::optional<std::string> check_serve(ServeOptions& s, const std::string& listen) {
-  if (!parse_address(listen, &s.host, &s.port)) {
-    return "--listen: '" + listen + "' is not HOST:PORT with an IPv4 host";
-  }
+// The serve command's options; the error names the option.
+Result<> check_serve(ServeOptions& s, const std::string& listen) {
+  std::optional<Address> address = parse_address(listen);
+  if (!address) return failure("--listen: '" + listen + "' is not HOST:PORT with an IPv4 host");
+  s.host = address->host;
+  s.port = address->port;
   if (s.connections_max == 0 || s.connections_max > Limits::kServeConnectionsMax) {
-    return "--connections-max: must be 1 to " + std::to_string(Limits::kServeConnectionsMax);
+    return failure("--connections-max: must be 1 to " +
+                   std::to_string(Limits::kServeConnectionsMax));
   }
   if (!(s.duration_s >= 0 && s.duration_s <= Limits::kDurationMax_s)) {
-    return "--duration: must be 0 to 86400 s";
+    return failure("--duration: must be 0 to 86400 s");
   }
-  return std::nullopt;
+  return {};
 }
 
-// --spread and --ack by name; nothing when both are known, else the error naming the option.
-std::optional<std::string> read_modes(LoadOptions& o, const LoadArguments& a) {
+// --spread and --ack by name; the error names the option.
+Result<> read_modes(LoadOptions& o, const LoadArguments& a) {
   if (a.spread == "fixed") {
     o.spread = Spread::kFixed;
   } else if (a.spread == "round-robin") {
@@ -199,7 +219,7 @@ std::optional<std::string> read_modes(LoadOptions& o, const LoadArguments& a) {
   } else if (a.spread == "random") {
     o.spread = Spread::kRandom;
   } else {
-    return "--spread: '" + a.spread + "' is not fixed, round-robin or random";
+    return failure("--spread: '" + a.spread + "' is not fixed, round-robin or random");
   }
   if (a.ack == "auto") {
     o.ack = AckMode::kAuto;
@@ -208,9 +228,9 @@ std::optional<std::string> read_modes(LoadOptions& o, const LoadArguments& a) {
   } else if (a.ack == "client-individual") {
     o.ack = AckMode::kClientIndividual;
   } else {
-    return "--ack: '" + a.ack + "' is not auto, client or client-individual";
+    return failure("--ack: '" + a.ack + "' is not auto, client or client-individual");
   }
-  return std::nullopt;
+  return {};
 }
 
 }  // namespace
@@ -222,7 +242,7 @@ std::string LoadOptions::queue_name(uint32_t i) const {
   return name;
 }
 
-bool parse_size(const std::string& text, SizeSpec* out, std::string* error) {
+Result<SizeSpec> parse_size(const std::string& text) {
   SizeSpec s;
   std::string_view t(text);
   if (t.starts_with("uniform:")) {
@@ -230,29 +250,25 @@ bool parse_size(const std::string& text, SizeSpec* out, std::string* error) {
     const size_t dash = t.find('-');
     if (dash == t.npos || !parse_bytes(t.substr(0, dash), &s.min) ||
         !parse_bytes(t.substr(dash + 1), &s.max) || s.min > s.max) {
-      *error = "'" + text + "' is not uniform:MIN-MAX with MIN <= MAX <= 1M";
-      return false;
+      return failure("'" + text + "' is not uniform:MIN-MAX with MIN <= MAX <= 1M");
     }
     s.kind = SizeSpec::Kind::kUniform;
     s.mean = s.min + (s.max - s.min) / 2;
   } else if (t.starts_with("exp:")) {
     t.remove_prefix(4);
     if (!parse_bytes(t, &s.mean) || s.mean == 0) {
-      *error = "'" + text + "' is not exp:MEAN with 0 < MEAN <= 1M";
-      return false;
+      return failure("'" + text + "' is not exp:MEAN with 0 < MEAN <= 1M");
     }
     s.kind = SizeSpec::Kind::kExponential;
     s.min = 0;
     s.max = Limits::kBodyBytesMax;
   } else {
     if (!parse_bytes(t, &s.min)) {
-      *error = "'" + text + "' is not a size in bytes (256, 4K, 1M; at most 1M)";
-      return false;
+      return failure("'" + text + "' is not a size in bytes (256, 4K, 1M; at most 1M)");
     }
     s.max = s.mean = s.min;
   }
-  *out = s;
-  return true;
+  return s;
 }
 
 CommandLine parse_command_line(const std::vector<std::string>& args) {
@@ -288,21 +304,25 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     return cl;
   }
   if (serve->parsed()) {
-    if (auto error = check_serve(cl.serve, listen)) {
-      cl.message = *error;
+    if (Result<> r = check_serve(cl.serve, listen); !r) {
+      cl.message = r.error().message;
       return cl;
     }
     cl.action = CommandLine::Action::kServe;
     return cl;
   }
   o.receipts = !load_args.no_receipts;
-  if (auto error = read_modes(o, load_args)) {
-    cl.message = *error;
+  if (Result<> r = read_modes(o, load_args); !r) {
+    cl.message = r.error().message;
     return cl;
   }
-  cl.message = validate(o, load_args.target, load_args.passcode_file, load_args.size,
-                        load_args.passcode->count() > 0);
-  if (cl.message.empty()) cl.action = CommandLine::Action::kLoad;
+  Result<> valid = validate(o, load_args.target, load_args.passcode_file, load_args.size,
+                            load_args.passcode->count() > 0);
+  if (valid) {
+    cl.action = CommandLine::Action::kLoad;
+  } else {
+    cl.message = valid.error().message;
+  }
   return cl;
 }
 

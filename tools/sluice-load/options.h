@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/result.h"
+
 namespace sluice::load {
 
 enum class Spread : uint8_t {
@@ -93,6 +95,6 @@ struct CommandLine {
 CommandLine parse_command_line(const std::vector<std::string>& args);  // args without argv[0]
 
 // Exposed for the tests and for reuse: "256", "4K", "1M", "uniform:A-B", "exp:MEAN".
-bool parse_size(const std::string& text, SizeSpec* out, std::string* error);
+Result<SizeSpec> parse_size(const std::string& text);
 
 }  // namespace sluice::load

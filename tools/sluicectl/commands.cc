@@ -71,32 +71,33 @@ std::string join_query(const Lines& params) {
 }
 
 // The answer of a successful (2xx) call, or the exit code once the error is printed.
-std::variant<control::AdminReply, int> call(const Options& o, std::string_view method,
+tl::expected<control::AdminReply, int> call(const Options& o, std::string_view method,
                                             const std::string& target,
                                             const std::string& body = "") {
-  auto r = control::admin_call(o.endpoint, method, target, body, o.timeout_ms);
-  if (auto* e = std::get_if<std::string>(&r)) return fail(kExitUnreachable, *e);
-  control::AdminReply& reply = std::get<control::AdminReply>(r);
+  Result<control::AdminReply> r =
+      control::admin_call(o.endpoint, method, target, body, o.timeout_ms);
+  if (!r) return tl::unexpected(fail(kExitUnreachable, r.error().message));
+  control::AdminReply& reply = *r;
   if (reply.status >= 200 && reply.status < 300) return std::move(reply);
   const Json j = Json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
   if (j.is_object() && j.contains("error") && j["error"].is_string()) {
-    return fail(kExitDaemonError, j["error"].get<std::string>());
+    return tl::unexpected(fail(kExitDaemonError, j["error"].get<std::string>()));
   }
   std::string quote = reply.body.substr(0, kQuotedBodyBytesMax);
-  return fail(kExitDaemonError, "sluiced answered " + std::string(method) + " " + target +
-                                    " with HTTP " + std::to_string(reply.status) + ": " +
-                                    printable(quote));
+  return tl::unexpected(fail(
+      kExitDaemonError, "sluiced answered " + std::string(method) + " " + target + " with HTTP " +
+                            std::to_string(reply.status) + ": " + printable(quote)));
 }
 
 // The answer as a JSON object, or the exit code once the error is printed.
-std::variant<Json, int> call_json(const Options& o, std::string_view method,
+tl::expected<Json, int> call_json(const Options& o, std::string_view method,
                                   const std::string& target, const Json& body = nullptr) {
   auto r = call(o, method, target, body.is_null() ? "" : body.dump());
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  Json j = Json::parse(std::get<control::AdminReply>(r).body, nullptr, false);
+  if (!r) return tl::unexpected(r.error());
+  Json j = Json::parse(r->body, nullptr, false);
   if (!j.is_object()) {
-    return fail(kExitDaemonError, "the answer of sluiced to " + std::string(method) + " " + target +
-                                      " is not a JSON object");
+    return tl::unexpected(fail(kExitDaemonError, "the answer of sluiced to " + std::string(method) +
+                                                     " " + target + " is not a JSON object"));
   }
   return j;
 }
@@ -173,8 +174,8 @@ int fail(int code, std::string_view message) {
 
 int status(const Options& o) {
   auto r = call_json(o, "GET", "/v1/status");
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   // The order a person reads a summary in; members added to the API later follow.
   static constexpr const char* kOrder[] = {"gateway",          "version",
@@ -235,8 +236,8 @@ int status(const Options& o) {
 
 int nodes(const Options& o) {
   auto r = call_json(o, "GET", "/v1/nodes");
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   Table table({"NAME", "ADDRESS", "WEIGHT", "ADMIN", "HEALTH", "QUEUES", "PROBE_MS", "LAST_ERROR"});
   const Json list = list_of(j, "nodes");
@@ -259,8 +260,8 @@ int nodes(const Options& o) {
 int node_admin(const Options& o, const std::string& node, const std::string& state) {
   auto r = call_json(o, "PUT", "/v1/nodes/" + control::url_encode(node) + "/admin",
                      Json{{"state", state}});
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   out("node " + printable(text(j, "name")) + ": admin state " + printable(text(j, "admin")) + "\n");
   return kExitOk;
@@ -272,8 +273,8 @@ int queues(const Options& o, const QueuesQuery& query) {
   if (!query.source.empty()) params.emplace_back("source", query.source);
   if (query.limit != 0) params.emplace_back("limit", std::to_string(query.limit));
   auto r = call_json(o, "GET", "/v1/queues" + join_query(params));
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   const Json list = list_of(j, "queues");
   const uint64_t total = count(j, "total");
@@ -294,8 +295,8 @@ int queues(const Options& o, const QueuesQuery& query) {
 
 int spill(const Options& o) {
   auto r = call_json(o, "GET", "/v1/spill");
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   const Json list = list_of(j, "queues");
   out("spill log " + printable(text(j, "dir")) + ": " + std::to_string(count(j, "messages")) +
@@ -317,8 +318,8 @@ int spill(const Options& o) {
 int spill_drain(const Options& o, const std::string& vhost, const std::string& queue) {
   auto r =
       call_json(o, "POST", "/v1/spill/drain" + join_query({{"vhost", vhost}, {"queue", queue}}));
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   out(printable(queue_where(vhost, queue)) + ": drain requested\n");
   return kExitOk;
@@ -328,8 +329,8 @@ int spill_purge(const Options& o, const std::string& vhost, const std::string& q
   auto r = call_json(
       o, "POST",
       "/v1/spill/purge" + join_query({{"vhost", vhost}, {"queue", queue}, {"confirm", "yes"}}));
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   out(printable(queue_where(vhost, queue)) + ": " + std::to_string(count(j, "purged")) +
       " spilled messages dropped\n");
@@ -340,8 +341,8 @@ int sessions(const Options& o, uint32_t limit) {
   Lines params;
   if (limit != 0) params.emplace_back("limit", std::to_string(limit));
   auto r = call_json(o, "GET", "/v1/sessions" + join_query(params));
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   const Json list = list_of(j, "sessions");
   const uint64_t total = count(j, "total");
@@ -379,8 +380,8 @@ int sessions(const Options& o, uint32_t limit) {
 
 int queue_show(const Options& o, const std::string& vhost, const std::string& queue) {
   auto r = call_json(o, "GET", "/v1/queue" + join_query({{"vhost", vhost}, {"queue", queue}}));
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   static constexpr const char* kOrder[] = {"vhost",  "queue",   "node",   "source",
                                            "pinned", "learned", "placed", "backlog"};
@@ -392,8 +393,8 @@ int queue_pin(const Options& o, const std::string& vhost, const std::string& que
               const std::string& node) {
   auto r =
       call_json(o, "POST", "/v1/pins", Json{{"vhost", vhost}, {"queue", queue}, {"node", node}});
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   out(printable(queue_where(vhost, queue)) + ": pinned to " + printable(text(j, "pinned")) + "\n");
   return kExitOk;
@@ -401,8 +402,8 @@ int queue_pin(const Options& o, const std::string& vhost, const std::string& que
 
 int queue_unpin(const Options& o, const std::string& vhost, const std::string& queue) {
   auto r = call_json(o, "DELETE", "/v1/pins" + join_query({{"vhost", vhost}, {"queue", queue}}));
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   const std::string node = text(j, "node");
   const std::string now = node.empty() ? "no owner until a session names it"
@@ -413,8 +414,8 @@ int queue_unpin(const Options& o, const std::string& vhost, const std::string& q
 
 int set_setting(const Options& o, const std::string& key, const std::string& value) {
   auto r = call_json(o, "PUT", "/v1/settings/" + control::url_encode(key), Json{{"value", value}});
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   out(printable(text(j, "key")) + " set to " + printable(text(j, "value")) + "\n");
   return kExitOk;
@@ -423,8 +424,8 @@ int set_setting(const Options& o, const std::string& key, const std::string& val
 int get_setting(const Options& o, const std::optional<std::string>& key) {
   const std::string target = key ? "/v1/settings/" + control::url_encode(*key) : "/v1/settings";
   auto r = call_json(o, "GET", target);
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   Lines lines;
   if (key) {
@@ -439,23 +440,22 @@ int get_setting(const Options& o, const std::optional<std::string>& key) {
 
 int metrics(const Options& o) {
   auto r = call(o, "GET", "/metrics");
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const std::string& body = std::get<control::AdminReply>(r).body;
+  if (!r) return r.error();
+  const std::string& body = r->body;
   if (!o.json) {
     out(body);
     return kExitOk;
   }
   auto j = metrics_to_json(body);
-  if (auto* e = std::get_if<std::string>(&j)) {
-    return fail(kExitDaemonError, "cannot read the metrics sluiced sent: " + *e);
-  }
-  return print_json(std::get<Json>(j));
+  if (!j)
+    return fail(kExitDaemonError, "cannot read the metrics sluiced sent: " + j.error().message);
+  return print_json(*j);
 }
 
 int reload(const Options& o) {
   auto r = call_json(o, "POST", "/v1/reload");
-  if (auto* code = std::get_if<int>(&r)) return *code;
-  const Json& j = std::get<Json>(r);
+  if (!r) return r.error();
+  const Json& j = *r;
   if (o.json) return print_json(j);
   out("config reloaded\n");
   return kExitOk;

@@ -38,10 +38,9 @@ std::optional<nlohmann::ordered_json> value_json(std::string_view token) {
 }
 
 // Key and value of one sample line, or an error saying what is wrong with it.
-std::variant<std::pair<std::string, nlohmann::ordered_json>, std::string> sample(
-    std::string_view line) {
+Result<std::pair<std::string, nlohmann::ordered_json>> sample(std::string_view line) {
   size_t i = 0;
-  if (!name_start(line[0])) return std::string("a sample must start with a metric name");
+  if (!name_start(line[0])) return failure("a sample must start with a metric name");
   while (i < line.size() && name_char(line[i]))
     ++i;
   if (i < line.size() && line[i] == '{') {
@@ -56,11 +55,11 @@ std::variant<std::pair<std::string, nlohmann::ordered_json>, std::string> sample
         break;
       }
     }
-    if (i >= line.size()) return std::string("the label set has no closing '}'");
+    if (i >= line.size()) return failure("the label set has no closing '}'");
     ++i;
   }
   std::string key(line.substr(0, i));
-  if (i >= line.size() || !blank(line[i])) return std::string("no value after " + key);
+  if (i >= line.size() || !blank(line[i])) return failure("no value after " + key);
   while (i < line.size() && blank(line[i]))
     ++i;
   const size_t value_start = i;
@@ -68,13 +67,14 @@ std::variant<std::pair<std::string, nlohmann::ordered_json>, std::string> sample
     ++i;
   const std::string_view token = line.substr(value_start, i - value_start);
   std::optional<nlohmann::ordered_json> value = value_json(token);
-  if (!value) return "the value of " + key + " is not a number: \"" + std::string(token) + "\"";
+  if (!value)
+    return failure("the value of " + key + " is not a number: \"" + std::string(token) + "\"");
   return std::make_pair(std::move(key), std::move(*value));
 }
 
 }  // namespace
 
-std::variant<nlohmann::ordered_json, std::string> metrics_to_json(std::string_view text) {
+Result<nlohmann::ordered_json> metrics_to_json(std::string_view text) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   size_t line_no = 0;
   while (!text.empty()) {
@@ -88,10 +88,8 @@ std::variant<nlohmann::ordered_json, std::string> metrics_to_json(std::string_vi
       line.remove_prefix(1);
     if (line.empty() || line.front() == '#') continue;
     auto s = sample(line);
-    if (auto* e = std::get_if<std::string>(&s)) {
-      return "metrics line " + std::to_string(line_no) + ": " + *e;
-    }
-    auto& [key, value] = std::get<0>(s);
+    if (!s) return failure("metrics line " + std::to_string(line_no) + ": " + s.error().message);
+    auto& [key, value] = *s;
     out[key] = std::move(value);
   }
   return out;

@@ -4,9 +4,10 @@
 
 #include <string>
 #include <string_view>
-#include <variant>
 
 #include <nlohmann/json.hpp>
+
+#include "base/result.h"
 
 namespace sluice::sluicectl {
 
@@ -15,6 +16,6 @@ namespace sluice::sluicectl {
 // number (an integer when the value is whole), or the string "NaN", "+Inf" or "-Inf".
 // Comments (# HELP, # TYPE) and timestamps are left out. A line that is not a sample is an
 // error naming its line number.
-std::variant<nlohmann::ordered_json, std::string> metrics_to_json(std::string_view text);
+Result<nlohmann::ordered_json> metrics_to_json(std::string_view text);
 
 }  // namespace sluice::sluicectl

@@ -11,9 +11,9 @@
 #include <optional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
 
+#include "base/result.h"
 #include "tools/sluicectl/commands.h"
 #include "tools/sluicectl/user_commands.h"
 
@@ -38,20 +38,20 @@ constexpr const char* kFooter =
     "  3  sluiced could not be reached or did not answer in time (is it running? right socket?)";
 
 // "HOST:PORT" or "[V6]:PORT"; empty host or port 0 is an error.
-std::variant<std::pair<std::string, uint16_t>, std::string> parse_host_port(const std::string& s) {
+sluice::Result<std::pair<std::string, uint16_t>> parse_host_port(const std::string& s) {
   const std::string expect = "expected HOST:PORT (e.g. 127.0.0.1:8161), not \"" + s + "\"";
   const size_t colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0) return expect;
+  if (colon == std::string::npos || colon == 0) return sluice::failure(expect);
   std::string host = s.substr(0, colon);
   if (host.front() == '[') {
-    if (host.size() < 3 || host.back() != ']') return expect;
+    if (host.size() < 3 || host.back() != ']') return sluice::failure(expect);
     host = host.substr(1, host.size() - 2);
   }
   const std::string_view port_text = std::string_view(s).substr(colon + 1);
   unsigned port = 0;
   auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   if (ec != std::errc() || p != port_text.data() + port_text.size() || port == 0 || port > 65535) {
-    return expect + ": the port must be 1 to 65535";
+    return sluice::failure(expect + ": the port must be 1 to 65535");
   }
   return std::make_pair(std::move(host), uint16_t(port));
 }
@@ -89,7 +89,7 @@ std::string usage_error(const CLI::App& app, const CLI::ParseError& e) {
 sluice::control::AdminEndpoint endpoint(const std::string& tcp, const std::string& socket_path) {
   sluice::control::AdminEndpoint e;
   if (!tcp.empty()) {
-    auto [host, port] = std::get<0>(parse_host_port(tcp));  // the --tcp check parsed it
+    auto [host, port] = *parse_host_port(tcp);  // the --tcp check parsed it
     e.host = host;
     e.port = port;
   } else if (!socket_path.empty()) {
@@ -129,8 +129,7 @@ void add_global_options(CLI::App& app, Invocation& in) {
       ->check(CLI::Validator(
           [](std::string& s) {
             auto r = parse_host_port(s);
-            auto* e = std::get_if<std::string>(&r);
-            return e == nullptr ? std::string() : *e;
+            return r ? std::string() : r.error().message;
           },
           "HOST:PORT"));
   app.add_flag("--json", in.options.json, "print the API's JSON (pretty) instead of tables");

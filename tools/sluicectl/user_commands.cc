@@ -27,33 +27,29 @@ struct Passcode {
   ~Passcode() { sodium_memzero(text.data(), text.size()); }
 };
 
-// The first line of `f` (without "\n" or "\r\n"), at most kPasscodeBytesMax bytes; empty text in
-// `error` when it worked.
-void read_first_line(std::FILE* f, const std::string& what, Passcode* out, std::string* error) {
+// The first line of `f` (without "\n" or "\r\n"), at most kPasscodeBytesMax bytes, into *out.
+Result<> read_first_line(std::FILE* f, const std::string& what, Passcode* out) {
   int c = 0;
   while ((c = std::fgetc(f)) != EOF && c != '\n') {
     if (out->text.size() == kPasscodeBytesMax) {
-      *error = "the passcode in " + what + " is longer than " + std::to_string(kPasscodeBytesMax) +
-               " bytes";
-      return;
+      return failure("the passcode in " + what + " is longer than " +
+                     std::to_string(kPasscodeBytesMax) + " bytes");
     }
     out->text.push_back(char(c));
   }
-  if (std::ferror(f)) {
-    *error = "cannot read " + what + ": " + std::strerror(errno);
-    return;
-  }
+  if (std::ferror(f)) return failure("cannot read " + what + ": " + std::strerror(errno));
   if (!out->text.empty() && out->text.back() == '\r') out->text.pop_back();
+  return {};
 }
 
 // From the file, else from stdin (echo off when it is a terminal).
-std::string read_passcode(const UserAddOptions& a, Passcode* out) {
-  std::string error;
+Result<> read_passcode(const UserAddOptions& a, Passcode* out) {
+  Result<> read;
   if (!a.password_file.empty()) {
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(a.password_file.c_str(), "re"),
                                                       &std::fclose);
-    if (!f) return "cannot open " + a.password_file + ": " + std::strerror(errno);
-    read_first_line(f.get(), a.password_file, out, &error);
+    if (!f) return failure("cannot open " + a.password_file + ": " + std::strerror(errno));
+    read = read_first_line(f.get(), a.password_file, out);
   } else {
     termios saved{};
     const bool tty = ::isatty(STDIN_FILENO) == 1 && ::tcgetattr(STDIN_FILENO, &saved) == 0;
@@ -63,18 +59,18 @@ std::string read_passcode(const UserAddOptions& a, Passcode* out) {
       quiet.c_lflag &= ~tcflag_t(ECHO);
       ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet);
     }
-    read_first_line(stdin, "stdin", out, &error);
+    read = read_first_line(stdin, "stdin", out);
     if (tty) {
       ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
       std::fprintf(stderr, "\n");
     }
   }
-  if (error.empty() && out->text.empty()) {
-    return "the passcode is empty (first line of " +
-           (a.password_file.empty() ? std::string("stdin") : a.password_file) +
-           "); an empty passcode is refused";
+  if (read && out->text.empty()) {
+    return failure("the passcode is empty (first line of " +
+                   (a.password_file.empty() ? std::string("stdin") : a.password_file) +
+                   "); an empty passcode is refused");
   }
-  return error;
+  return read;
 }
 
 }  // namespace
@@ -82,7 +78,9 @@ std::string read_passcode(const UserAddOptions& a, Passcode* out) {
 int user_add(const UserAddOptions& a) {
   UserEntry entry;
   entry.name = a.name;
-  if (std::string e = gateway::check_user_name(a.name); !e.empty()) return fail(kExitUsage, e);
+  if (Result<> r = gateway::check_user_name(a.name); !r) {
+    return fail(kExitUsage, r.error().message);
+  }
   for (const std::string& s : a.allows) {
     const size_t colon = s.find(':');
     if (colon == std::string::npos) {
@@ -90,33 +88,33 @@ int user_add(const UserAddOptions& a) {
                   "--allow " + s + ": expected VHOST:QUEUE (e.g. /:orders or '*:logs.*')");
     }
     AllowRule r{s.substr(0, colon), s.substr(colon + 1)};
-    if (std::string e = gateway::check_allow(r.vhost, r.queue); !e.empty()) {
-      return fail(kExitUsage, "--allow " + s + ": " + e);
+    if (Result<> checked = gateway::check_allow(r.vhost, r.queue); !checked) {
+      return fail(kExitUsage, "--allow " + s + ": " + checked.error().message);
     }
     entry.allows.push_back(std::move(r));
   }
   Passcode passcode;
-  if (std::string e = read_passcode(a, &passcode); !e.empty()) return fail(kExitUsage, e);
-  std::optional<std::string> hash = gateway::hash_passcode(passcode.text);
-  if (!hash) return fail(kExitDaemonError, "cannot hash the passcode: out of memory");
+  if (Result<> r = read_passcode(a, &passcode); !r) return fail(kExitUsage, r.error().message);
+  Result<std::string> hash = gateway::hash_passcode(passcode.text);
+  if (!hash) return fail(kExitDaemonError, hash.error().message);
   entry.hash = std::move(*hash);
-  if (std::string e = gateway::add_user_to_file(a.users_file, entry, a.replace); !e.empty()) {
-    return fail(kExitDaemonError, e);
+  if (Result<> r = gateway::add_user_to_file(a.users_file, entry, a.replace); !r) {
+    return fail(kExitDaemonError, r.error().message);
   }
   return kExitOk;
 }
 
 int user_remove(const std::string& users_file, const std::string& name) {
-  if (std::string e = gateway::remove_user_from_file(users_file, name); !e.empty()) {
-    return fail(kExitDaemonError, e);
+  if (Result<> r = gateway::remove_user_from_file(users_file, name); !r) {
+    return fail(kExitDaemonError, r.error().message);
   }
   return kExitOk;
 }
 
 int user_list(const Options& o, const std::string& users_file) {
   gateway::UsersFile::LoadResult r = gateway::UsersFile::load(users_file);
-  if (auto* e = std::get_if<std::string>(&r)) return fail(kExitDaemonError, *e);
-  const auto& file = std::get<std::shared_ptr<const gateway::UsersFile>>(r);
+  if (!r) return fail(kExitDaemonError, r.error().message);
+  const auto& file = *r;
   if (o.json) {
     nlohmann::ordered_json users = nlohmann::ordered_json::array();
     for (const UserEntry& u : file->users()) {

@@ -25,10 +25,11 @@ constexpr const char* kProgramName = "sluice";
 
 }  // namespace
 
-std::string eal_init(const std::vector<std::string>& args) {
+Result<> eal_init(const std::vector<std::string>& args) {
   const std::lock_guard lock(state_mutex);
   if (state != EalState::kNever) {
-    return "DPDK EAL was already initialized in this process (it can be initialized only once)";
+    return failure(
+        "DPDK EAL was already initialized in this process (it can be initialized only once)");
   }
   // rte_eal_init may permute argv, so it gets its own copies of the strings.
   std::vector<std::string> storage;
@@ -52,7 +53,7 @@ std::string eal_init(const std::vector<std::string>& args) {
     for (const std::string& a : args)
       error += " " + a;
     error += ")";
-    return error;
+    return failure(error);
   }
   state = EalState::kRunning;
   if (parsed < argc - 1) {
@@ -65,9 +66,9 @@ std::string eal_init(const std::vector<std::string>& args) {
     }
     rte_eal_cleanup();
     state = EalState::kDone;
-    return error;
+    return failure(error);
   }
-  return "";
+  return {};
 }
 
 bool eal_running() {
