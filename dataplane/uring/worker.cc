@@ -35,8 +35,10 @@ io_uring_sqe* Worker::sqe() {
   return e;
 }
 
-uint64_t Worker::tag(uint32_t slot, uint32_t gen, Op op) {
-  return (uint64_t(slot) << 32) | (uint64_t(gen & 0xFFFFFF) << 8) | uint64_t(op);
+uint64_t Worker::tag(uint32_t slot, uint32_t gen, Op op, int side) {
+  SLUICE_ASSERT(uint64_t(op) <= kOpMask && (side == 0 || side == 1));
+  return (uint64_t(slot) << 32) | (uint64_t(gen & kEpochMask) << 8) | (uint64_t(side) << 7) |
+         uint64_t(op);
 }
 
 void Worker::arm_accept() {
@@ -100,7 +102,7 @@ bool Worker::queue_out(uint32_t slot, std::string_view bytes) {
 
 void Worker::send_then_close(uint32_t slot, std::string_view bytes) {
   Session& s = sessions_[slot];
-  s.close_after_send = true;
+  s.after_send = AfterSend::kClose;
   if (!bytes.empty() && !queue_out(slot, bytes)) {
     begin_close(slot, false);
     return;
@@ -138,12 +140,12 @@ void Worker::on_send_client(uint32_t slot, int res) {
     return;
   }
   s.out_sent = s.out_len = 0;
-  if (s.close_after_send) {
+  if (s.closing_after_send()) {
     begin_close(slot, false);
     return;
   }
-  if (s.splice_after_send) {
-    s.splice_after_send = false;
+  if (s.after_send == AfterSend::kSplice) {
+    s.after_send = AfterSend::kNothing;
     start_splice(slot);
     return;
   }
@@ -210,7 +212,6 @@ void Worker::on_accept(int fd) {
   bump(counters_.accepted);
   bump(counters_.active);
   bump(counters_.prelude);
-  s.counted_prelude = true;
   arm_recv_client(slot);
 }
 
@@ -234,10 +235,7 @@ void Worker::release_prelude(uint32_t slot) {
   ps.greeting.reset();
   preludes_.give(s.prelude_slot);
   s.prelude_slot = kNone;
-  if (s.counted_prelude) {
-    drop(counters_.prelude);
-    s.counted_prelude = false;
-  }
+  drop(counters_.prelude);
 }
 
 void Worker::release_out(uint32_t slot) {
@@ -322,8 +320,8 @@ void Worker::finish_close(uint32_t slot) {
     // An empty pipe is as good as new; one that still holds bytes is closed with them (asked
     // of the kernel: a splice that completed while the session was closing is not counted).
     int left = -1;
-    if (d.pipe_r >= 0) {
-      d.in_pipe = ioctl(d.pipe_r, FIONREAD, &left) == 0 ? uint32_t(left) : 1;  // unknown: not empty
+    if (d.pipe.held()) {
+      d.in_pipe = ioctl(d.pipe.r, FIONREAD, &left) == 0 ? uint32_t(left) : 1;  // unknown: not empty
       give_pipe(d);
     }
     d = Dir{};
@@ -400,35 +398,31 @@ inline void Worker::on_session_cqe(uint32_t slot, Op op, int res, uint32_t flags
       on_poll_held(slot, res);
       break;
     case Op::kPollIn:
-    case Op::kPollIn1:
       if (res < 0) {
         begin_close(slot, true);
       } else if (s.park != kNone) {
-        s.wake = uint8_t(s.wake | (1u << (int(op) - int(Op::kPollIn))));
+        s.wake = uint8_t(s.wake | (1u << side_of(data)));
         unpark(slot);
       } else if (options_.splice == EngineOptions::SpliceMode::kInline) {
-        pump(slot, int(op) - int(Op::kPollIn));
+        pump(slot, side_of(data));
       }  // else the linked splice in follows
       break;
     case Op::kPollOut:
-    case Op::kPollOut1:
       if (res < 0) {
         begin_close(slot, true);
         break;
       }
       if (options_.splice == EngineOptions::SpliceMode::kInline) {
-        pump(slot, int(op) - int(Op::kPollOut));
+        pump(slot, side_of(data));
       } else {
-        splice_out(slot, int(op) - int(Op::kPollOut));
+        splice_out(slot, side_of(data));
       }
       break;
     case Op::kSpliceIn:
-    case Op::kSpliceIn1:
-      on_splice_in(slot, int(op) - int(Op::kSpliceIn), res);
+      on_splice_in(slot, side_of(data), res);
       break;
     case Op::kSpliceOut:
-    case Op::kSpliceOut1:
-      on_splice_out(slot, int(op) - int(Op::kSpliceOut), res);
+      on_splice_out(slot, side_of(data), res);
       break;
     default:
       break;
@@ -437,7 +431,7 @@ inline void Worker::on_session_cqe(uint32_t slot, Op op, int res, uint32_t flags
 
 void Worker::on_cqe(const io_uring_cqe* cqe) {
   const uint64_t data = io_uring_cqe_get_data64(cqe);
-  const Op op = Op(data & 0xFF);
+  const Op op = op_of(data);
   const uint32_t slot = uint32_t(data >> 32);
   const int res = cqe->res;
   if (on_worker_cqe(op, res, cqe->flags)) return;
@@ -446,9 +440,9 @@ void Worker::on_cqe(const io_uring_cqe* cqe) {
   SLUICE_ASSERT(s.inflight > 0);
   --s.inflight;
   if (op == Op::kRecvClient) s.recv_armed = false;
-  if (op == Op::kPollIn || op == Op::kPollIn1) s.dir[int(op) - int(Op::kPollIn)].idle = false;
-  if (op == Op::kInstall || op == Op::kInstall1) {
-    on_install(slot, int(op) - int(Op::kInstall), res);  // closing or not: it holds a descriptor
+  if (op == Op::kPollIn) s.dir[side_of(data)].idle = false;
+  if (op == Op::kInstall) {
+    on_install(slot, side_of(data), res);  // closing or not: it holds a descriptor
     return;
   }
   if (s.state == State::kClosing) {
@@ -469,7 +463,7 @@ void Worker::scan(Nanos t) {
       continue;
     }
     heart_beats(i, t);
-    if (s.close_after_send) continue;
+    if (s.closing_after_send()) continue;
     if (s.state == State::kPrelude && s.prelude_slot != kNone) {
       PreludeSlot& ps = preludes_.object(s.prelude_slot);
       if (t >= ps.prelude->deadline()) {
@@ -488,7 +482,7 @@ void Worker::scan(Nanos t) {
       parts_.router->connect_failed(s.node);
       abandon_login(i);
     } else if ((s.state == State::kReplay || s.state == State::kGreeting) &&
-               t >= s.owner_deadline && !s.close_after_send) {
+               t >= s.owner_deadline && !s.closing_after_send()) {
       // The owner took the connection but did not answer the replay in time. The replay may
       // have reached it, so the session cannot fall back to the spill log (that could deliver
       // a SEND twice): the client gets an ERROR and retries; the node's health hears of it.

@@ -21,6 +21,7 @@
 #include "dataplane/session/prelude.h"
 #include "dataplane/session/spill_session.h"
 #include "dataplane/uring/engine.h"
+#include "dataplane/uring/pipe_pool.h"
 #include "dataplane/uring/pool.h"
 #include "dataplane/uring/source_table.h"
 
@@ -59,17 +60,14 @@ enum class Op : uint8_t {
   kConnectTimeout,
   kSendOwner,
   kRecvOwner,
-  kPollIn,  // + direction
-  kPollIn1,
-  kSpliceIn,  // + direction
-  kSpliceIn1,
-  kSpliceOut,  // + direction
-  kSpliceOut1,
-  kPollOut,  // + direction
-  kPollOut1,
+  // The splice's ops: the tag's side bit is the direction (0 client -> owner, 1 owner ->
+  // client).
+  kPollIn,
+  kSpliceIn,
+  kSpliceOut,
+  kPollOut,
   kCancel,
-  kInstall,  // + side: a parked socket's descriptor back (0 client, 1 owner)
-  kInstall1,
+  kInstall,   // a parked socket's descriptor back; the side bit: 0 client, 1 owner
   kPollHeld,  // the login check's connection, held while the prelude goes on, is readable
 };
 
@@ -92,10 +90,8 @@ std::string_view state_name(State s);
 
 // One direction of a spliced session: 0 client -> owner, 1 owner -> client.
 struct Dir {
-  int pipe_r = -1;
-  int pipe_w = -1;
+  Pipe pipe;
   uint32_t in_pipe = 0;
-  uint32_t pipe_cap = 0;  // capacity of the pipe held (as F_SETPIPE_SZ set it), 0 without one
   bool eof = false;
   bool done = false;
   bool bulk = false;          // filled a pipe: takes a grown one from the pool when it can
@@ -103,28 +99,46 @@ struct Dir {
   bool idle = false;          // waits for readable with no pipe held (parking needs both)
 };
 
+// What on_send_client does once every queued byte to the client is sent. kClose is final: a
+// splice asked for after it is not done (the session is ending).
+enum class AfterSend : uint8_t {
+  kNothing,
+  kSplice,  // the owner's bytes after its CONNECTED went out first; the splice starts now
+  kClose,   // an ERROR or a refusal went out; the session closes
+};
+
+// The owner's connection while the prelude goes on.
+enum class OwnerConn : uint8_t {
+  kNoConn,  // none yet, or the login check's was dropped
+  kHeld,    // the login check's connection, open (ofd, node) in case its node owns the queue
+  kKept,    // that connection is the session's owner: bound on it, no replay of the CONNECT
+};
+
 struct Session {
+  // An ERROR or a refusal is on its way to the client: nothing new starts.
+  bool closing_after_send() const { return after_send == AfterSend::kClose; }
+  // The splice waits for the bytes queued to the client (unless the session closes first).
+  void splice_when_sent() {
+    if (after_send == AfterSend::kNothing) after_send = AfterSend::kSplice;
+  }
+
   uint32_t gen = 0;
   State state = State::kFree;
+  AfterSend after_send = AfterSend::kNothing;
+  OwnerConn owner_conn = OwnerConn::kNoConn;
   uint16_t inflight = 0;
-  bool recv_armed = false;
-  bool sending = false;
-  bool close_after_send = false;
-  bool reset = false;  // close with RST (SO_LINGER 0)
-  bool cancel_sent = false;
-  bool splice_after_send = false;  // greeting leftovers go out first
-  bool end_requested = false;      // spill: request_end() done
-  bool counted_prelude = false;
-  bool unpark_failed = false;
-  bool linger_reset = false;  // SO_LINGER {1, 0} set when first parked: a lost socket resets
-  uint8_t unparking = 0;      // descriptor installs in flight
-  uint8_t wake = 0;           // directions that became readable while parked (bit d)
-  // The login check's connection stays open (ofd, node) while the prelude goes on: the owner's
-  // connection if its node owns the first destination.
-  bool held = false;
-  bool keep_owner = false;         // bound on the held connection: no replay of the CONNECT
-  bool placement_pending = false;  // confirm the route's placement once the owner accepts
-  uint8_t login_attempts = 0;      // nodes asked to check the login (kLoginAttemptsMax)
+  // Flags, each independent of the others (a receive and a send may both be in flight).
+  bool recv_armed : 1 = false;         // a receive from the client is in flight
+  bool sending : 1 = false;            // a send to the client is in flight
+  bool reset : 1 = false;              // close with RST (SO_LINGER 0)
+  bool end_requested : 1 = false;      // spill: request_end() done
+  bool unpark_failed : 1 = false;      // a parked descriptor did not come back: close
+  bool linger_reset : 1 = false;       // SO_LINGER {1, 0} set when first parked: a lost socket
+                                       // resets
+  bool placement_pending : 1 = false;  // confirm the route's placement once the owner accepts
+  uint8_t unparking = 0;               // descriptor installs in flight
+  uint8_t wake = 0;                    // directions that became readable while parked (bit d)
+  uint8_t login_attempts = 0;          // nodes asked to check the login (kLoginAttemptsMax)
   // Sends and receives on the owner's connection carry it in their tags instead of the
   // generation: a login check's abandoned connection cannot be taken for the next one's.
   uint32_t owner_epoch = 0;
@@ -229,10 +243,14 @@ class Worker {
 
   // Submission helpers: every op takes one inflight count of its session.
   io_uring_sqe* sqe();
-  static uint64_t tag(uint32_t slot, uint32_t gen, Op op);
-  // The generation (or owner epoch) bits of a tag.
+  // An op's user_data: the slot (bits 32-63), the generation or the owner's epoch (8-31), the
+  // side (7: a splice op's direction, an install's socket) and the op (0-6).
+  static uint64_t tag(uint32_t slot, uint32_t gen, Op op, int side = 0);
   static constexpr uint32_t kEpochMask = 0xFFFFFF;
+  static constexpr uint64_t kOpMask = 0x7F;
   static uint32_t epoch_of(uint64_t data) { return uint32_t(data >> 8) & kEpochMask; }
+  static Op op_of(uint64_t data) { return Op(data & kOpMask); }
+  static int side_of(uint64_t data) { return int(data >> 7) & 1; }
   void arm_accept();
   void arm_wake();
   void arm_spill_notify();
@@ -305,11 +323,9 @@ class Worker {
   void finish_dir(uint32_t slot, int d);
   void pump(uint32_t slot, int d);  // SpliceMode::kInline
   void count_spliced(Session& s, int d, uint64_t n);
-  bool take_pipe(Dir& d);       // from a pool, or a new one
-  void give_pipe(Dir& d);       // back to its pool when empty, else closed
-  void grow_pipe(Dir& d);       // to pipe_bytes_max, within the worker's share of grown pipes
-  void count_grown(int delta);  // grown_pipes_ and its gauge
-  bool grown(const Dir& d) const { return d.pipe_cap > options_.pipe_bytes; }
+  bool take_pipe(Dir& d);  // from pipes_; logged when there is none
+  void give_pipe(Dir& d);  // back to pipes_ (pooled when empty, else closed)
+  void grow_pipe(Dir& d);  // to pipe_bytes_max, within the worker's share of grown pipes
   // Parking (EngineOptions::park_sessions_above).
   void maybe_park(uint32_t slot);
   void unpark(uint32_t slot);  // submits the installs of both descriptors
@@ -363,19 +379,7 @@ class Worker {
   uint32_t recv_mask_ = 0;
   std::vector<uint32_t> recv_retry_;  // sessions whose receive found no buffer
 
-  // Empty pipes of ended sessions, reused by new ones (saves pipe2 + F_SETPIPE_SZ + close).
-  static constexpr size_t kPipePoolMax = 1024;
-  struct PooledPipe {
-    int r;
-    int w;
-    uint32_t cap;  // as asked of F_SETPIPE_SZ: pipe_bytes or less, pipe_bytes_max when grown
-  };
-  std::vector<PooledPipe> pipe_pool_;
-  // Empty grown pipes, for the next direction that streams; every grown pipe (pooled or held)
-  // counts in grown_pipes_, at most grown_max_.
-  std::vector<PooledPipe> grown_pool_;
-  uint32_t grown_pipes_ = 0;
-  uint32_t grown_max_ = 0;
+  PipePool pipes_;
   // Sessions in the engine above which idle spliced sessions are parked; kParkNever when the
   // ring has no fixed-file table.
   uint32_t park_above_ = EngineOptions::kParkNever;

@@ -91,11 +91,11 @@ void Worker::on_login_answer(uint32_t slot, const session::GreetingResult& g) {
       // Anything after its CONNECTED is heart-beat EOLs (a node sends nothing else unasked).
       ps.greet_len = 0;
       ps.greeting.reset();
-      s.held = true;
+      s.owner_conn = OwnerConn::kHeld;
       s.state = State::kPrelude;
       arm_poll_held(slot);
       drive_prelude(slot);
-      if (s.state == State::kPrelude && !s.close_after_send) arm_recv_client(slot);
+      if (s.state == State::kPrelude && !s.closing_after_send()) arm_recv_client(slot);
       return;
     }
     case session::GreetingResult::Kind::kForwardError:
@@ -144,7 +144,7 @@ void Worker::retry_login(uint32_t slot) {
   check_login(slot);  // the next node, or the gateway's answer when none is left
   if (s.state != State::kPrelude) return;
   drive_prelude(slot);
-  if (s.state == State::kPrelude && !s.close_after_send) arm_recv_client(slot);
+  if (s.state == State::kPrelude && !s.closing_after_send()) arm_recv_client(slot);
 }
 
 void Worker::arm_poll_held(uint32_t slot) {
@@ -157,7 +157,8 @@ void Worker::arm_poll_held(uint32_t slot) {
 
 void Worker::on_poll_held(uint32_t slot, int res) {
   Session& s = sessions_[slot];
-  if (!s.held || s.state != State::kPrelude) return;  // bound or dropped meanwhile
+  if (s.owner_conn != OwnerConn::kHeld || s.state != State::kPrelude)
+    return;  // bound or dropped meanwhile
   if (res < 0) {
     drop_held(slot);
     return;
@@ -182,8 +183,8 @@ void Worker::on_poll_held(uint32_t slot, int res) {
 
 void Worker::drop_held(uint32_t slot) {
   Session& s = sessions_[slot];
-  if (!s.held) return;
-  s.held = false;
+  if (s.owner_conn != OwnerConn::kHeld) return;
+  s.owner_conn = OwnerConn::kNoConn;
   s.hb_to_owner_ms = 0;
   bump(counters_.login_conn_closed);
   // The poll goes by its tag (the descriptor is closed before the cancel is submitted); its
@@ -207,7 +208,7 @@ void Worker::heart_beats(uint32_t slot, Nanos t) {
   const bool speaking = s.state == State::kPrelude || s.state == State::kLogin ||
                         s.state == State::kConnecting || s.state == State::kReplay ||
                         s.state == State::kGreeting || s.state == State::kSpill;
-  if (!speaking || s.close_after_send) return;
+  if (!speaking || s.closing_after_send()) return;
   if (s.state == State::kSpill && s.hb_from_client_ms != 0 &&
       t - s.last_client_recv >=
           Nanos(s.hb_from_client_ms) * session::kNanosPerMilli * session::kHeartBeatGraceFactor) {
@@ -228,7 +229,7 @@ void Worker::heart_beats(uint32_t slot, Nanos t) {
     bump(counters_.heartbeats_sent);
     (void)queue_out(slot, "\n");
   }
-  if (s.held && due(s.hb_to_owner_ms, s.last_owner_send)) {
+  if (s.owner_conn == OwnerConn::kHeld && due(s.hb_to_owner_ms, s.last_owner_send)) {
     // One byte on an idle connection the worker holds for the prelude: a plain send.
     s.last_owner_send = t;
     if (send(s.ofd, "\n", 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) drop_held(slot);

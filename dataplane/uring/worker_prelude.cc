@@ -46,7 +46,7 @@ void Worker::on_recv_client(uint32_t slot, int res, uint32_t flags) {
   if (s.state == State::kPrelude) {
     feed_prelude(slot, bytes);
     recycle(bid);
-    if (s.state == State::kPrelude && !s.close_after_send) arm_recv_client(slot);
+    if (s.state == State::kPrelude && !s.closing_after_send()) arm_recv_client(slot);
   } else if (s.state == State::kSpill) {
     on_recv_spill(slot, bytes);
     recycle(bid);
@@ -120,11 +120,13 @@ void Worker::resolve(uint32_t slot) {
     return;
   }
   const session::Route d = parts_.router->route(key, session_hash(s));
-  if (s.held && !(d.kind == session::Route::Kind::kOwner && d.node == s.node)) drop_held(slot);
+  if (s.owner_conn == OwnerConn::kHeld &&
+      !(d.kind == session::Route::Kind::kOwner && d.node == s.node))
+    drop_held(slot);
   switch (d.kind) {
     case session::Route::Kind::kOwner:
       s.placement_pending = d.placement_pending;
-      if (s.held) {
+      if (s.owner_conn == OwnerConn::kHeld) {
         keep_held(slot);
       } else {
         connect_owner(slot, d, State::kConnecting);
@@ -149,8 +151,7 @@ void Worker::keep_held(uint32_t slot) {
   // The login check's node owns the destination: its connection becomes the owner's. It has
   // answered the CONNECT already, so only what came after it is sent, and nothing is stripped.
   Session& s = sessions_[slot];
-  s.held = false;
-  s.keep_owner = true;
+  s.owner_conn = OwnerConn::kKept;
   bump(counters_.login_conn_kept);
   io_uring_sqe* c = sqe();
   io_uring_prep_cancel64(c, tag(slot, s.gen, Op::kPollHeld), 0);
@@ -281,7 +282,7 @@ void Worker::send_replay(uint32_t slot) {
     --ps.iov_count;
   }
   if (ps.iov_count == 0) {
-    if (s.keep_owner) {
+    if (s.owner_conn == OwnerConn::kKept) {
       // The owner answered the CONNECT at the login check: nothing to strip.
       owner_accepted(slot);
       start_splice(slot);
@@ -331,7 +332,7 @@ void Worker::owner_accepted(uint32_t slot) {
 
 void Worker::on_send_owner(uint32_t slot, int res) {
   Session& s = sessions_[slot];
-  if (s.close_after_send) return;  // timed out meanwhile: the ERROR is on its way
+  if (s.closing_after_send()) return;  // timed out meanwhile: the ERROR is on its way
   if (s.state != State::kLogin && s.state != State::kReplay) return;  // an abandoned login
   if (res < 0 && res != -EAGAIN && res != -EINTR) {
     bump(counters_.owner_protocol);
@@ -362,7 +363,7 @@ void Worker::arm_recv_owner(uint32_t slot) {
 
 void Worker::on_recv_owner(uint32_t slot, int res) {
   Session& s = sessions_[slot];
-  if (s.close_after_send) return;
+  if (s.closing_after_send()) return;
   if (s.state != State::kLogin && s.state != State::kGreeting) return;  // an abandoned login
   if (res == -EAGAIN || res == -EINTR) {
     arm_recv_owner(slot);
@@ -409,7 +410,7 @@ void Worker::on_recv_owner(uint32_t slot, int res) {
       if (after.empty()) {
         start_splice(slot);
       } else {
-        s.splice_after_send = true;
+        s.splice_when_sent();
         if (!queue_out(slot, after)) begin_close(slot, true);
       }
       return;

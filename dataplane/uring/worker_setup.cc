@@ -46,10 +46,8 @@ Worker::~Worker() {
   for (Session& s : sessions_) {
     if (s.cfd >= 0) close(s.cfd);
     if (s.ofd >= 0) close(s.ofd);
-    for (Dir& d : s.dir) {
-      if (d.pipe_r >= 0) close(d.pipe_r);
-      if (d.pipe_w >= 0) close(d.pipe_w);
-    }
+    for (Dir& d : s.dir)
+      PipePool::close(d.pipe);
   }
   if (ring_ok_) {
     if (buf_ring_ != nullptr) io_uring_unregister_buf_ring(&ring_, 0);
@@ -58,14 +56,6 @@ Worker::~Worker() {
   if (buf_ring_ != nullptr) munmap(buf_ring_, buf_ring_bytes_);
   if (listen_fd_ >= 0) close(listen_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
-  for (auto [r, w, cap] : pipe_pool_) {
-    close(r);
-    close(w);
-  }
-  for (auto [r, w, cap] : grown_pool_) {
-    close(r);
-    close(w);
-  }
 }
 
 void Worker::open_parking(uint32_t sessions) {
@@ -113,8 +103,8 @@ Result<uint16_t> Worker::open(uint16_t port) {
   const uint32_t sessions = options_.sessions_max;  // any worker may hold them all
   prelude_max_ = std::min(share(options_.prelude_sessions_max, workers), sessions);
   spill_max_ = std::min(share(options_.spill_sessions_max, workers), sessions);
-  grown_max_ =
-      options_.pipe_bytes_max > options_.pipe_bytes ? share(options_.grown_pipes_max, workers) : 0;
+  pipes_.configure(options_.pipe_bytes, options_.pipe_bytes_max,
+                   share(options_.grown_pipes_max, workers), &counters_.grown_pipes);
 
   if (auto r = open_ring(); !r) return tl::unexpected(r.error());
   if (auto r = open_recv_buffers(); !r) return tl::unexpected(r.error());
@@ -206,8 +196,6 @@ Result<> Worker::open_session_memory(uint32_t sessions) {
     }
   }
   appends_.resize(kAppendsInFlightMax);
-  pipe_pool_.reserve(kPipePoolMax);
-  grown_pool_.reserve(grown_max_);
   done_.resize(256);
   header_scratch_bytes_ = config_.frame_limits.frame_bytes_max * 2 + 64;
   header_scratch_ = std::make_unique<char[]>(header_scratch_bytes_);

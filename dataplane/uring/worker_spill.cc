@@ -99,7 +99,7 @@ void Worker::drive_spill(uint32_t slot) {
         if (n > 0) continue;
         return;
       }
-      if (!s.close_after_send) arm_recv_client(slot);
+      if (!s.closing_after_send()) arm_recv_client(slot);
       return;
     }
     if (ev.kind == session::SpillEvent::Kind::kWaitDurable) return;
@@ -108,7 +108,7 @@ void Worker::drive_spill(uint32_t slot) {
       ss.held_event = ev;
       return;
     }
-    if (s.state != State::kSpill || s.close_after_send) return;
+    if (s.state != State::kSpill || s.closing_after_send()) return;
   }
 }
 

@@ -45,7 +45,7 @@ void Worker::start_splice(uint32_t slot) {
   if (s.sending || s.out_sent < s.out_len) {
     // Replies still on their way to the client (its CONNECTED): they go first, and their
     // buffer must stay until the send completes.
-    s.splice_after_send = true;
+    s.splice_when_sent();
     return;
   }
   // Ring mode: each direction keeps its pipe (splices in flight refer to it). Inline mode takes
@@ -129,7 +129,7 @@ void Worker::unpark(uint32_t slot) {
     io_uring_sqe* e = sqe();
     io_uring_prep_rw(kOpFixedFdInstall, e, int(2 * s.park + uint32_t(side)), nullptr, 0, 0);
     e->flags |= IOSQE_FIXED_FILE;  // install_fd_flags 0: the descriptor is O_CLOEXEC
-    io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(Op::kInstall) + side)));
+    io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kInstall, side));
     ++s.inflight;
   }
   s.unparking = 2;
@@ -180,79 +180,34 @@ void Worker::on_install(uint32_t slot, int side, int res) {
 }
 
 bool Worker::take_pipe(Dir& d) {
-  std::vector<PooledPipe>& pool = d.bulk && !grown_pool_.empty() ? grown_pool_ : pipe_pool_;
-  if (!pool.empty()) {
-    const PooledPipe& p = pool.back();
-    d.pipe_r = p.r;
-    d.pipe_w = p.w;
-    d.pipe_cap = p.cap;
-    pool.pop_back();
-    return true;
-  }
-  int p[2];
-  if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
-    log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
-    return false;
-  }
-  d.pipe_r = p[0];
-  d.pipe_w = p[1];
-  // Refused (an unprivileged user over fs.pipe-user-pages-soft): the pipe keeps what the kernel
-  // gave it, which is then what gets asked of it.
-  int cap = fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes));
-  if (cap < 0) cap = fcntl(d.pipe_w, F_GETPIPE_SZ);
-  d.pipe_cap = cap > 0 ? std::min(uint32_t(cap), options_.pipe_bytes) : options_.pipe_bytes;
-  return true;
+  if (pipes_.take(d.pipe, d.bulk)) return true;
+  log_(LogLevel::kWarn, "pipe_failed", {{{"error", std::strerror(errno)}}});
+  return false;
 }
 
 void Worker::give_pipe(Dir& d) {
-  if (d.pipe_r < 0) return;
-  if (grown(d)) {
-    if (d.in_pipe == 0) {
-      grown_pool_.push_back({d.pipe_r, d.pipe_w, d.pipe_cap});  // at most grown_max_ exist
-    } else {
-      close(d.pipe_r);
-      close(d.pipe_w);
-      count_grown(-1);
-    }
-  } else if (d.in_pipe == 0 && pipe_pool_.size() < kPipePoolMax) {
-    pipe_pool_.push_back({d.pipe_r, d.pipe_w, d.pipe_cap});
-  } else {
-    close(d.pipe_r);
-    close(d.pipe_w);
-  }
-  d.pipe_r = d.pipe_w = -1;
+  pipes_.give(d.pipe, d.in_pipe);
   d.in_pipe = 0;
-  d.pipe_cap = 0;
 }
 
 void Worker::grow_pipe(Dir& d) {
-  if (grown(d) || d.grow_refused || grown_max_ == 0) return;
-  if (grown_pipes_ >= grown_max_) {
-    // Every grown pipe is taken, or idle in the pool: an idle one gives way.
-    if (grown_pool_.empty()) return;
-    close(grown_pool_.back().r);
-    close(grown_pool_.back().w);
-    grown_pool_.pop_back();
-    count_grown(-1);
+  if (pipes_.grown(d.pipe) || d.grow_refused || !pipes_.can_grow()) return;
+  const PipePool::Grow g = pipes_.grow(d.pipe);
+  switch (g) {
+    case PipePool::Grow::kGrown:
+      d.bulk = true;
+      add(counters_.pipes_grown, 1);
+      return;
+    case PipePool::Grow::kNoRoom:
+      return;
+    case PipePool::Grow::kRefused:
+    case PipePool::Grow::kSmaller:
+      d.grow_refused = true;  // not asked again
+      log_(LogLevel::kDebug, "pipe_grow_refused",
+           {{{"error",
+              g == PipePool::Grow::kRefused ? std::strerror(errno) : "smaller than asked"}}});
+      return;
   }
-  // Growing keeps what the pipe holds. A grown pipe is not shrunk again: it goes to its own
-  // pool, for the next direction that streams.
-  const int cap = fcntl(d.pipe_w, F_SETPIPE_SZ, int(options_.pipe_bytes_max));
-  if (cap < int(options_.pipe_bytes_max)) {
-    d.grow_refused = true;
-    log_(LogLevel::kDebug, "pipe_grow_refused",
-         {{{"error", cap < 0 ? std::strerror(errno) : "smaller than asked"}}});
-    return;
-  }
-  d.pipe_cap = options_.pipe_bytes_max;
-  d.bulk = true;
-  count_grown(1);
-  add(counters_.pipes_grown, 1);
-}
-
-void Worker::count_grown(int delta) {
-  grown_pipes_ = uint32_t(int64_t(grown_pipes_) + delta);
-  counters_.grown_pipes.store(grown_pipes_, std::memory_order_relaxed);
 }
 
 void Worker::arm_poll(uint32_t slot, int d, bool out) {
@@ -260,9 +215,9 @@ void Worker::arm_poll(uint32_t slot, int d, bool out) {
   const int fd = out ? (d == 0 ? s.ofd : s.cfd) : (d == 0 ? s.cfd : s.ofd);
   io_uring_sqe* e = sqe();
   io_uring_prep_poll_add(e, fd, out ? POLLOUT : POLLIN);
-  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(out ? Op::kPollOut : Op::kPollIn) + d)));
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, out ? Op::kPollOut : Op::kPollIn, d));
   ++s.inflight;
-  s.dir[d].idle = !out && s.dir[d].pipe_r < 0;
+  s.dir[d].idle = !out && !s.dir[d].pipe.held();
   if (!out && options_.splice == EngineOptions::SpliceMode::kRing) {
     // Readable -> splice in, as one linked submission: the poll completes in the ring's own
     // task work and the splice follows without another trip through the loop.
@@ -276,8 +231,8 @@ void Worker::splice_in(uint32_t slot, int d) {
   Dir& dir = s.dir[d];
   const int src = d == 0 ? s.cfd : s.ofd;
   io_uring_sqe* e = sqe();
-  io_uring_prep_splice(e, src, -1, dir.pipe_w, -1, dir.pipe_cap, kSpliceFlags);
-  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(Op::kSpliceIn) + d)));
+  io_uring_prep_splice(e, src, -1, dir.pipe.w, -1, dir.pipe.cap, kSpliceFlags);
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kSpliceIn, d));
   ++s.inflight;
 }
 
@@ -286,8 +241,8 @@ void Worker::splice_out(uint32_t slot, int d) {
   Dir& dir = s.dir[d];
   const int dst = d == 0 ? s.ofd : s.cfd;
   io_uring_sqe* e = sqe();
-  io_uring_prep_splice(e, dir.pipe_r, -1, dst, -1, dir.in_pipe, kSpliceFlags);
-  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op(int(Op::kSpliceOut) + d)));
+  io_uring_prep_splice(e, dir.pipe.r, -1, dst, -1, dir.in_pipe, kSpliceFlags);
+  io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kSpliceOut, d));
   ++s.inflight;
 }
 
@@ -337,14 +292,14 @@ void Worker::pump(uint32_t slot, int d) {
   Dir& dir = s.dir[d];
   const int src = d == 0 ? s.cfd : s.ofd;
   const int dst = d == 0 ? s.ofd : s.cfd;
-  if (dir.pipe_r < 0 && !take_pipe(dir)) {
+  if (!dir.pipe.held() && !take_pipe(dir)) {
     begin_close(slot, true);
     return;
   }
   bool drained = false;
   for (int round = 0; round < kPumpRounds; ++round) {
     if (dir.in_pipe > 0) {
-      const ssize_t m = splice(dir.pipe_r, nullptr, dst, nullptr, dir.in_pipe, kSpliceFlags);
+      const ssize_t m = splice(dir.pipe.r, nullptr, dst, nullptr, dir.in_pipe, kSpliceFlags);
       if (m > 0) dir.in_pipe -= uint32_t(m);
       if (m < 0 && errno != EAGAIN && errno != EINTR) {
         add(counters_.resets, 1);
@@ -368,9 +323,9 @@ void Worker::pump(uint32_t slot, int d) {
         return;
       }
     }
-    const ssize_t n = splice(src, nullptr, dir.pipe_w, nullptr, dir.pipe_cap, kSpliceFlags);
+    const ssize_t n = splice(src, nullptr, dir.pipe.w, nullptr, dir.pipe.cap, kSpliceFlags);
     if (n > 0) {
-      drained = uint32_t(n) < dir.pipe_cap;
+      drained = uint32_t(n) < dir.pipe.cap;
       dir.in_pipe += uint32_t(n);
       count_spliced(s, d, uint64_t(n));
       // A stream: a pipe-full at each read. Larger splices move it with fewer calls per byte.
