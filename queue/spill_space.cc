@@ -108,7 +108,13 @@ void LogState::maybe_cursors(bool force_sync) {
 }
 
 void LogState::delete_segment_locked(std::map<uint64_t, SegmentState>::iterator it) {
-  ::unlink(it->second.file->path.c_str());
+  // A file that stays (EIO, a changed mode) holds only delivered messages, but once their
+  // queues' cursors are pruned a restart would deliver them again: said, for the operator to
+  // remove it.
+  if (::unlink(it->second.file->path.c_str()) != 0 && errno != ENOENT) {
+    log_event(LogSeverity::kWarn, "spill_segment_unlink_failed",
+              {{"file", it->second.file->path}, {"error", std::strerror(errno)}});
+  }
   metrics.disk_bytes.fetch_sub(it->second.disk_bytes, std::memory_order_relaxed);
   metrics.segments_deleted.fetch_add(1, std::memory_order_relaxed);
   segments.erase(it);  // readers holding a location keep the file open
