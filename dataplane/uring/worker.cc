@@ -45,14 +45,15 @@ void Worker::arm_accept() {
   if (accept_armed_ || stopping_) return;
   if (accept_pause_until_ != 0 && now() < accept_pause_until_) return;
   io_uring_sqe* e = sqe();
-  io_uring_prep_multishot_accept(e, listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  io_uring_prep_multishot_accept(e, listen_fd_.get(), nullptr, nullptr,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
   io_uring_sqe_set_data64(e, tag(kNone, 0, Op::kAccept));
   accept_armed_ = true;
 }
 
 void Worker::arm_wake() {
   io_uring_sqe* e = sqe();
-  io_uring_prep_read(e, wake_fd_, &wake_value_, sizeof wake_value_, 0);
+  io_uring_prep_read(e, wake_fd_.get(), &wake_value_, sizeof wake_value_, 0);
   io_uring_sqe_set_data64(e, tag(kNone, 0, Op::kWake));
 }
 
@@ -274,7 +275,7 @@ void Worker::begin_close(uint32_t slot, bool reset) {
     unpark(slot);
     for (uint32_t side = 0; side < 2; ++side) {
       io_uring_sqe* e = sqe();
-      io_uring_prep_cancel_fd(e, int(2 * s.park + side),
+      io_uring_prep_cancel_fd(e, ParkingTable::slot(s.park, int(side)),
                               IORING_ASYNC_CANCEL_ALL | IORING_ASYNC_CANCEL_FD_FIXED);
       io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kCancel));
       ++s.inflight;
@@ -510,13 +511,12 @@ void Worker::begin_stop() {
       now() + Nanos(stop_grace_ms_.load(std::memory_order_relaxed)) * session::kNanosPerMilli;
   if (accept_armed_) {
     io_uring_sqe* e = sqe();
-    io_uring_prep_cancel_fd(e, listen_fd_, IORING_ASYNC_CANCEL_ALL);
+    io_uring_prep_cancel_fd(e, listen_fd_.get(), IORING_ASYNC_CANCEL_ALL);
     io_uring_sqe_set_data64(e, tag(kNone, 0, Op::kCancel));
     io_uring_submit(&ring_);
   }
   // New connections are refused from now on.
-  close(listen_fd_);
-  listen_fd_ = -1;
+  listen_fd_.reset();
   for (uint32_t i = 0; i < sessions_.size(); ++i) {
     Session& s = sessions_[i];
     if (s.state == State::kPrelude || s.state == State::kLogin) {

@@ -15,15 +15,18 @@
 #include <thread>
 #include <vector>
 
+#include "base/fd.h"
 #include "base/result.h"
 #include "dataplane/session/owner_greeting.h"
 #include "dataplane/session/placement_budget.h"
 #include "dataplane/session/prelude.h"
 #include "dataplane/session/spill_session.h"
 #include "dataplane/uring/engine.h"
+#include "dataplane/uring/parking.h"
 #include "dataplane/uring/pipe_pool.h"
 #include "dataplane/uring/pool.h"
 #include "dataplane/uring/source_table.h"
+#include "dataplane/uring/spill_appends.h"
 
 namespace sluice::uring::detail {
 
@@ -70,10 +73,6 @@ enum class Op : uint8_t {
   kInstall,   // a parked socket's descriptor back; the side bit: 0 client, 1 owner
   kPollHeld,  // the login check's connection, held while the prelude goes on, is readable
 };
-
-// IORING_OP_FIXED_FD_INSTALL (Linux 6.8; liburing 2.3 predates it): installs a fixed file of
-// the ring as a normal descriptor.
-inline constexpr uint8_t kOpFixedFdInstall = 54;
 
 enum class State : uint8_t {
   kFree,
@@ -149,6 +148,9 @@ struct Session {
   Nanos last_client_send = 0;
   Nanos last_client_recv = 0;
   Nanos last_owner_send = 0;
+  // The client's and the owner's sockets. Plain descriptors, closed by hand where the order
+  // matters: finish_close once no operation of the session is in flight, parking only after the
+  // ring holds them (every SQE naming the number submitted first).
   int cfd = -1;
   int ofd = -1;
   uint32_t park = kNone;  // parked: the pair of fixed-file slots 2 park (client), 2 park + 1
@@ -207,13 +209,6 @@ struct SpillSlot {
   uint32_t queue_len = 0;
   char vhost[session::kVhostBytesMax];        // written before read
   char queue[session::kDestinationBytesMax];  // written before read
-};
-
-struct AppendRef {
-  uint64_t token = 0;  // the worker's token given to the sink
-  uint32_t slot = 0;
-  uint32_t gen = 0;
-  uint64_t session_token = 0;
 };
 
 class Worker {
@@ -362,8 +357,8 @@ class Worker {
 
   io_uring ring_{};
   bool ring_ok_ = false;
-  int listen_fd_ = -1;
-  int wake_fd_ = -1;
+  base::Fd listen_fd_;
+  base::Fd wake_fd_;
   bool accept_armed_ = false;
   Nanos accept_pause_until_ = 0;  // after EMFILE and the like: let the loop breathe
   uint64_t accept_errors_ = 0;
@@ -380,11 +375,9 @@ class Worker {
   std::vector<uint32_t> recv_retry_;  // sessions whose receive found no buffer
 
   PipePool pipes_;
-  // Sessions in the engine above which idle spliced sessions are parked; kParkNever when the
-  // ring has no fixed-file table.
-  uint32_t park_above_ = EngineOptions::kParkNever;
-  std::vector<uint32_t> free_parks_;  // pairs of fixed-file slots
-  uint64_t park_errors_ = 0;
+  // Where idle spliced sessions park, above how many sessions in the engine; off when the ring
+  // has no fixed-file table.
+  ParkingTable parking_;
   std::vector<Session> sessions_;
   std::vector<uint32_t> free_sessions_;
   SlotPool<PreludeSlot> preludes_;
@@ -397,13 +390,7 @@ class Worker {
   uint64_t next_id_ = 0;
 
   // Spill appends in flight, in append order.
-  std::vector<AppendRef> appends_;
-  size_t appends_head_ = 0;
-  size_t appends_count_ = 0;
-  uint64_t next_token_ = 0;
-  std::vector<SpillSink::Done> done_;
-  std::unique_ptr<char[]> header_scratch_;
-  size_t header_scratch_bytes_ = 0;
+  SpillAppends appends_;
   std::vector<uint32_t> spill_dirty_;  // spill sessions with completions to act on
   std::vector<uint32_t> spill_busy_;   // spill sessions holding an append the sink refused
 

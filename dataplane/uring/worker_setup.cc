@@ -54,8 +54,6 @@ Worker::~Worker() {
     io_uring_queue_exit(&ring_);
   }
   if (buf_ring_ != nullptr) munmap(buf_ring_, buf_ring_bytes_);
-  if (listen_fd_ >= 0) close(listen_fd_);
-  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 void Worker::open_parking(uint32_t sessions) {
@@ -75,27 +73,11 @@ void Worker::open_parking(uint32_t sessions) {
   // Both sockets of a parked session take a pair of slots; a table may not be larger than the
   // open-file limit.
   const uint32_t pairs = uint32_t(std::min<uint64_t>(sessions, fd_limit / 2));
-  if (why == nullptr) {
-    io_uring_probe* probe = io_uring_get_probe_ring(&ring_);
-    const bool install = probe != nullptr && io_uring_opcode_supported(probe, kOpFixedFdInstall);
-    if (probe != nullptr) io_uring_free_probe(probe);
-    if (!install) {
-      why = "the kernel has no IORING_OP_FIXED_FD_INSTALL (Linux 6.8)";
-    } else if (pairs == 0 || io_uring_register_files_sparse(&ring_, pairs * 2) < 0) {
-      why = "the ring's fixed-file table could not be registered";
-    }
+  if (why == nullptr) why = parking_.open(ring_, pairs, above);
+  if (why != nullptr && index_ == 0) {
+    log_(LogLevel::kWarn, "parking_unavailable",
+         {{{"reason", why}, {"park_sessions_above", std::to_string(above)}}});
   }
-  if (why != nullptr) {
-    if (index_ == 0) {
-      log_(LogLevel::kWarn, "parking_unavailable",
-           {{{"reason", why}, {"park_sessions_above", std::to_string(above)}}});
-    }
-    return;
-  }
-  park_above_ = above;
-  free_parks_.reserve(pairs);
-  for (uint32_t i = pairs; i > 0; --i)
-    free_parks_.push_back(i - 1);
 }
 
 Result<uint16_t> Worker::open(uint16_t port) {
@@ -110,8 +92,8 @@ Result<uint16_t> Worker::open(uint16_t port) {
   if (auto r = open_recv_buffers(); !r) return tl::unexpected(r.error());
   open_parking(sessions);
   if (auto r = open_session_memory(sessions); !r) return tl::unexpected(r.error());
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) return failure(std::string("eventfd: ") + std::strerror(errno));
+  wake_fd_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_.valid()) return failure(std::string("eventfd: ") + std::strerror(errno));
   return open_listener(port);
 }
 
@@ -195,10 +177,7 @@ Result<> Worker::open_session_memory(uint32_t sessions) {
       ss.in = ss.buf + page_round(spill_buf);
     }
   }
-  appends_.resize(kAppendsInFlightMax);
-  done_.resize(256);
-  header_scratch_bytes_ = config_.frame_limits.frame_bytes_max * 2 + 64;
-  header_scratch_ = std::make_unique<char[]>(header_scratch_bytes_);
+  appends_.init(kAppendsInFlightMax, config_.frame_limits.frame_bytes_max * 2 + 64, 256);
   connect_timeout_.tv_sec = options_.connect_timeout_ms / 1000;
   connect_timeout_.tv_nsec = long(options_.connect_timeout_ms % 1000) * 1'000'000;
   return {};
@@ -206,25 +185,27 @@ Result<> Worker::open_session_memory(uint32_t sessions) {
 
 // The worker's own listener on the shared port (SO_REUSEPORT spreads connections over workers).
 Result<uint16_t> Worker::open_listener(uint16_t port) {
-  listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listen_fd_ < 0) return failure(std::string("socket: ") + std::strerror(errno));
+  listen_fd_.reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listen_fd_.valid()) return failure(std::string("socket: ") + std::strerror(errno));
   int one = 1;
-  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (options_.listen_freebind) setsockopt(listen_fd_, IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
-  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  setsockopt(listen_fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (options_.listen_freebind)
+    setsockopt(listen_fd_.get(), IPPROTO_IP, IP_FREEBIND, &one, sizeof one);
+  setsockopt(listen_fd_.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   if (inet_pton(AF_INET, options_.listen_host.c_str(), &a.sin_addr) != 1) {
     return failure("listen.host: not an IPv4 address: " + options_.listen_host);
   }
-  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  if (bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     return failure("listen: cannot bind " + options_.listen_host + ":" + std::to_string(port) +
                    ": " + std::strerror(errno));
   }
-  if (listen(listen_fd_, 4096) != 0) return failure(std::string("listen: ") + std::strerror(errno));
+  if (listen(listen_fd_.get(), 4096) != 0)
+    return failure(std::string("listen: ") + std::strerror(errno));
   socklen_t len = sizeof a;
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+  getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
   return ntohs(a.sin_port);
 }
 
@@ -237,7 +218,7 @@ void Worker::request_stop(uint32_t grace_ms) {
   stop_requested_.store(true, std::memory_order_release);
   uint64_t one = 1;
   // An eventfd write fails only when its counter is full, and then the worker is woken anyway.
-  if (wake_fd_ >= 0) (void)!write(wake_fd_, &one, sizeof one);
+  if (wake_fd_.valid()) (void)!write(wake_fd_.get(), &one, sizeof one);
 }
 
 void Worker::join() {

@@ -72,7 +72,7 @@ uint64_t Worker::request_snapshot() {
   const uint64_t ticket = snapshot_requested_.fetch_add(1, std::memory_order_acq_rel) + 1;
   uint64_t one = 1;
   // An eventfd write fails only when its counter is full, and then the worker is woken anyway.
-  (void)!write(wake_fd_, &one, sizeof one);
+  (void)!write(wake_fd_.get(), &one, sizeof one);
   return ticket;
 }
 

@@ -5,7 +5,6 @@
 
 #include "base/assert.h"
 #include "dataplane/session/builder.h"
-#include "dataplane/session/spill_record.h"
 #include "dataplane/uring/worker.h"
 
 namespace sluice::uring::detail {
@@ -125,35 +124,19 @@ bool Worker::act_spill(uint32_t slot, const session::SpillEvent& ev) {
         ss.spill->on_append_failed(ev.token, kTxnRefused);
         return true;
       }
-      if (appends_count_ == appends_.size()) {
-        note_spill_busy(slot);
-        bump(counters_.appends_busy);
-        return false;
-      }
-      auto headers = session::spill_record_headers(
-          *ev.frame, std::span<char>(header_scratch_.get(), header_scratch_bytes_));
-      if (!headers) {
-        ss.spill->on_append_failed(ev.token, "message headers too large for the spill log");
-        return true;
-      }
       std::string_view why;
-      const uint64_t token = ++next_token_;
-      switch (parts_.spill->append(token, ev.key.vhost, ev.key.queue, *headers, ev.frame->body(),
-                                   &why)) {
-        case SpillSink::Result::kQueued: {
-          AppendRef& r = appends_[(appends_head_ + appends_count_) % appends_.size()];
-          r = AppendRef{token, slot, s.gen, ev.token};
-          ++appends_count_;
+      switch (appends_.append(*parts_.spill, ev, slot, s.gen, &why)) {
+        case SpillAppends::Outcome::kQueued:
           bump(counters_.appends);
           return true;
-        }
-        case SpillSink::Result::kBusy:
-          --next_token_;
+        case SpillAppends::Outcome::kBusy:
           note_spill_busy(slot);
           bump(counters_.appends_busy);
           return false;
-        case SpillSink::Result::kRefused:
-          --next_token_;
+        case SpillAppends::Outcome::kTooLarge:
+          ss.spill->on_append_failed(ev.token, "message headers too large for the spill log");
+          return true;
+        case SpillAppends::Outcome::kRefused:
           ss.spill->on_append_failed(ev.token, why);
           return true;
       }
@@ -185,33 +168,21 @@ void Worker::note_spill_busy(uint32_t slot) {
 
 void Worker::poll_spill() {
   if (parts_.spill == nullptr) return;
-  bool any = false;
-  while (true) {
-    const size_t n = parts_.spill->poll(std::span<SpillSink::Done>(done_));
-    if (n == 0) break;
-    any = true;
-    for (size_t i = 0; i < n; ++i) {
-      const SpillSink::Done& d = done_[i];
-      SLUICE_ASSERT(appends_count_ > 0);
-      const AppendRef r = appends_[appends_head_];
-      SLUICE_ASSERT(r.token == d.token);
-      appends_head_ = (appends_head_ + 1) % appends_.size();
-      --appends_count_;
-      Session& s = sessions_[r.slot];
-      if (s.gen != r.gen || s.state != State::kSpill) continue;  // the session has gone
-      SpillSlot& ss = spills_.object(s.spill_slot);
-      if (d.durable) {
-        ss.spill->on_durable(r.session_token);
-      } else {
-        ss.spill->on_append_failed(r.session_token, d.message);
-      }
-      if (!ss.dirty) {
-        ss.dirty = true;
-        spill_dirty_.push_back(r.slot);
-      }
-    }
-    if (n < done_.size()) break;
-  }
+  const bool any =
+      appends_.poll(*parts_.spill, [this](const SpillAppends::Ref& r, const SpillSink::Done& d) {
+        Session& s = sessions_[r.slot];
+        if (s.gen != r.gen || s.state != State::kSpill) return;  // the session has gone
+        SpillSlot& ss = spills_.object(s.spill_slot);
+        if (d.durable) {
+          ss.spill->on_durable(r.session_token);
+        } else {
+          ss.spill->on_append_failed(r.session_token, d.message);
+        }
+        if (!ss.dirty) {
+          ss.dirty = true;
+          spill_dirty_.push_back(r.slot);
+        }
+      });
   if (!any && spill_busy_.empty()) return;
   // Sessions whose appends completed, then those holding an append the sink was too busy for
   // (retried every loop: at most kWaitMax apart). Each list holds a session at most once.

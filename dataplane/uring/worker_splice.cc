@@ -75,12 +75,11 @@ void Worker::start_splice(uint32_t slot) {
 // back first too (a reset needs SO_LINGER on them); without them, emptying its slots closes the
 // sockets, with a reset (SO_LINGER is set on them before they are parked).
 void Worker::maybe_park(uint32_t slot) {
-  if (park_above_ == EngineOptions::kParkNever) return;
+  if (!parking_.enabled()) return;
   Session& s = sessions_[slot];
   if (s.state != State::kSpliced || s.park != kNone || s.unparking != 0) return;
   if (!s.dir[0].idle || !s.dir[1].idle) return;
-  if (global_sessions_->load(std::memory_order_relaxed) <= park_above_) return;
-  if (free_parks_.empty()) return;
+  if (!parking_.wanted(global_sessions_->load(std::memory_order_relaxed))) return;
   if (!s.linger_reset) {
     // A socket whose descriptor cannot come back (unpark_failed) is closed by the ring alone,
     // and must reset its peer as every failed session does, not end it with a FIN. A graceful
@@ -90,18 +89,13 @@ void Worker::maybe_park(uint32_t slot) {
     setsockopt(s.ofd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
     s.linger_reset = true;
   }
-  const uint32_t p = free_parks_.back();
-  int fds[2] = {s.cfd, s.ofd};
-  const int r = io_uring_register_files_update(&ring_, 2 * p, fds, 2);
-  if (r != 2) {
-    if (r > 0) {  // one slot taken: give it back
-      int none[2] = {-1, -1};
-      io_uring_register_files_update(&ring_, 2 * p, none, 2);
-    }
-    if (park_errors_++ % 1000 == 0) {
+  int r = 0;
+  const uint32_t p = parking_.put(ring_, s.cfd, s.ofd, &r);
+  if (p == ParkingTable::kNoPair) {
+    if (parking_.failed()) {
       log_(LogLevel::kWarn, "park_failed",
            {{{"error", r < 0 ? std::strerror(-r) : "short update"},
-             {"failures", std::to_string(park_errors_)}}});
+             {"failures", std::to_string(parking_.failures())}}});
     }
     return;
   }
@@ -109,11 +103,10 @@ void Worker::maybe_park(uint32_t slot) {
   // submitted (the completion queue overflowing), the session stays as it is.
   io_uring_submit(&ring_);
   if (io_uring_sq_ready(&ring_) != 0) {
-    int none[2] = {-1, -1};
-    io_uring_register_files_update(&ring_, 2 * p, none, 2);
+    parking_.release(ring_, p);
     return;
   }
-  free_parks_.pop_back();
+  parking_.take(p);
   close(s.cfd);
   close(s.ofd);
   s.cfd = s.ofd = -1;
@@ -127,7 +120,7 @@ void Worker::unpark(uint32_t slot) {
   if (s.park == kNone || s.unparking != 0 || s.unpark_failed) return;
   for (int side = 0; side < 2; ++side) {
     io_uring_sqe* e = sqe();
-    io_uring_prep_rw(kOpFixedFdInstall, e, int(2 * s.park + uint32_t(side)), nullptr, 0, 0);
+    io_uring_prep_rw(kOpFixedFdInstall, e, ParkingTable::slot(s.park, side), nullptr, 0, 0);
     e->flags |= IOSQE_FIXED_FILE;  // install_fd_flags 0: the descriptor is O_CLOEXEC
     io_uring_sqe_set_data64(e, tag(slot, s.gen, Op::kInstall, side));
     ++s.inflight;
@@ -137,9 +130,7 @@ void Worker::unpark(uint32_t slot) {
 
 void Worker::clear_park(Session& s) {
   if (s.park == kNone) return;
-  int none[2] = {-1, -1};
-  io_uring_register_files_update(&ring_, 2 * s.park, none, 2);
-  free_parks_.push_back(s.park);
+  parking_.give(ring_, s.park);
   s.park = kNone;
   drop(counters_.parked);
 }
@@ -153,9 +144,9 @@ void Worker::on_install(uint32_t slot, int side, int res) {
   } else if (!s.unpark_failed) {
     s.unpark_failed = true;
     add(counters_.unpark_failed, 1);
-    if (park_errors_++ % 1000 == 0) {  // logged once per 1000 failures, as park_failed
+    if (parking_.failed()) {  // logged once per 1000 failures, as park_failed
       log_(LogLevel::kWarn, "unpark_failed",
-           {{{"error", std::strerror(-res)}, {"failures", std::to_string(park_errors_)}}});
+           {{{"error", std::strerror(-res)}, {"failures", std::to_string(parking_.failures())}}});
     }
   }
   if (s.unparking > 0) return;
