@@ -81,10 +81,11 @@ json queue_json(const QueueStatus& q) {
 }
 
 // A JSON object body, or an error response.
-std::variant<json, AdminResponse> parse_body(const AdminRequest& r) {
+// The body as a JSON object, or the 400 answer that says why it is not one.
+tl::expected<json, AdminResponse> parse_body(const AdminRequest& r) {
   json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return error(400, "the request body is not valid JSON");
-  if (!j.is_object()) return error(400, "the request body must be a JSON object");
+  if (j.is_discarded()) return tl::unexpected(error(400, "the request body is not valid JSON"));
+  if (!j.is_object()) return tl::unexpected(error(400, "the request body must be a JSON object"));
   return j;
 }
 
@@ -174,17 +175,11 @@ bool read_pin_batch(const std::string& body, std::vector<PinRequest>* out) {
   return ok;
 }
 
-// A required string member of a request object; nullopt sets *why.
-std::optional<std::string> string_member(const json& j, const char* name, std::string* why) {
+// A required string member of a request object.
+Result<std::string> string_member(const json& j, const char* name) {
   auto it = j.find(name);
-  if (it == j.end()) {
-    *why = std::string("missing \"") + name + "\"";
-    return std::nullopt;
-  }
-  if (!it->is_string()) {
-    *why = std::string("\"") + name + "\" must be a string";
-    return std::nullopt;
-  }
+  if (it == j.end()) return failure(std::string("missing \"") + name + "\"");
+  if (!it->is_string()) return failure(std::string("\"") + name + "\" must be a string");
   return it->get<std::string>();
 }
 
@@ -305,10 +300,9 @@ AdminResponse AdminApi::nodes(const AdminRequest& r) {
   if (tail != "/admin") return error(404, "no endpoint " + r.path);
   if (r.method != "PUT") return method_not_allowed(r, "PUT");
   auto body = parse_body(r);
-  if (auto* e = std::get_if<AdminResponse>(&body)) return *e;
-  std::string why;
-  std::optional<std::string> state = string_member(std::get<json>(body), "state", &why);
-  if (!state) return error(400, why + " (e.g. {\"state\": \"drain\"})");
+  if (!body) return body.error();
+  Result<std::string> state = string_member(*body, "state");
+  if (!state) return error(400, state.error().message + " (e.g. {\"state\": \"drain\"})");
   if (std::optional<OpError> e = control_.set_admin_state(name, *state)) return error(*e);
   return reply(200, node_json(*control_.node(name)));
 }
@@ -375,18 +369,18 @@ AdminResponse AdminApi::pins(const AdminRequest& r) {
     return reply(200, json{{"pinned", reqs.size()}});
   }
   auto body = parse_body(r);
-  if (auto* e = std::get_if<AdminResponse>(&body)) return *e;
-  const json& j = std::get<json>(body);
+  if (!body) return body.error();
+  const json& j = *body;
   // One pin {"vhost", "queue", "node"} or a batch {"pins": [...]}, applied all or nothing.
   const bool batch = j.contains("pins");
   auto read_one = [&](const json& o, const std::string& where) -> std::optional<AdminResponse> {
     if (!o.is_object()) return error(400, where + "each pin must be an object");
-    std::string why;
-    PinRequest p;
-    std::optional<std::string> vhost = string_member(o, "vhost", &why);
-    std::optional<std::string> queue = vhost ? string_member(o, "queue", &why) : std::nullopt;
-    std::optional<std::string> node = queue ? string_member(o, "node", &why) : std::nullopt;
-    if (!node) return error(400, where + why);
+    Result<std::string> vhost = string_member(o, "vhost");
+    if (!vhost) return error(400, where + vhost.error().message);
+    Result<std::string> queue = string_member(o, "queue");
+    if (!queue) return error(400, where + queue.error().message);
+    Result<std::string> node = string_member(o, "node");
+    if (!node) return error(400, where + node.error().message);
     reqs.push_back(PinRequest{*vhost, *queue, *node});
     return std::nullopt;
   };
@@ -426,8 +420,8 @@ AdminResponse AdminApi::settings(const AdminRequest& r) {
   }
   if (r.method != "PUT") return method_not_allowed(r, "GET, PUT");
   auto body = parse_body(r);
-  if (auto* e = std::get_if<AdminResponse>(&body)) return *e;
-  const json& j = std::get<json>(body);
+  if (!body) return body.error();
+  const json& j = *body;
   auto it = j.find("value");
   if (it == j.end()) return error(400, "missing \"value\" (e.g. {\"value\": \"debug\"})");
   // Numbers are accepted as JSON numbers or strings; settings keep their text form.
