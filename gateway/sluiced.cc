@@ -241,15 +241,21 @@ std::optional<StartError> Daemon::open_workers() {
     users = std::move(*loaded_users);
   }
   users_source_ = std::make_shared<sluice::gateway::UsersSource>(users);
+  // One thread checks the spill logins of every worker, so that none stalls a worker.
+  auto verifier = sluice::gateway::LoginVerifier::start();
+  if (!verifier) return StartError{kExitStartFailed, verifier.error().message};
   for (uint32_t i = 0; i < config_.workers; ++i) {
     routers_.push_back(std::make_unique<sluice::control::ReplicaRouter>(
         control_->attach_worker(), directory_, "uring" + std::to_string(i)));
     sinks_.push_back(std::make_unique<sluice::gateway::ProducerSink>(spill_->log().producer(i)));
     auths_.push_back(
         std::make_unique<sluice::gateway::SpillAuth>(users_source_, config_.spill.allow_anonymous));
+    if (Result<> r = auths_.back()->check_on(*verifier); !r) {
+      return StartError{kExitStartFailed, r.error().message};
+    }
     logins_.push_back(std::make_unique<sluice::gateway::LoginCache>(config_.login_cache_ms));
-    parts_.push_back(
-        {routers_.back().get(), sinks_.back().get(), auths_.back().get(), logins_.back().get()});
+    parts_.push_back({routers_.back().get(), sinks_.back().get(), auths_.back().get(),
+                      logins_.back().get(), auths_.back().get()});
   }
   return std::nullopt;
 }

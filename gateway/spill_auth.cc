@@ -493,6 +493,21 @@ SpillAuth::SpillAuth(std::shared_ptr<UsersSource> source, bool allow_anonymous)
   reset(source_->get(), allow_anonymous);
 }
 
+SpillAuth::~SpillAuth() {
+  if (verifier_) verifier_->forget(inbox_.get());
+  if (check_) sodium_memzero(check_->passcode.data(), check_->passcode.size());
+}
+
+Result<> SpillAuth::check_on(std::shared_ptr<LoginVerifier> verifier) {
+  SLUICE_ASSERT(verifier && !verifier_);
+  Result<std::unique_ptr<LoginInbox>> inbox = LoginInbox::open();
+  if (!inbox) return failure("the spill logins' answers: " + inbox.error().message);
+  inbox_ = std::move(*inbox);
+  check_ = std::make_unique<LoginVerifier::Check>();
+  verifier_ = std::move(verifier);
+  return {};
+}
+
 void SpillAuth::follow_source() {
   if (!source_) return;
   const uint64_t g = source_->generation();
@@ -504,6 +519,7 @@ void SpillAuth::follow_source() {
 void SpillAuth::reset(std::shared_ptr<const UsersFile> users, bool allow_anonymous) {
   allow_anonymous_ = allow_anonymous;
   users_ = std::move(users);
+  ++generation_;
   mode_ = users_            ? SpillAuthMode::kUsersFile
           : allow_anonymous ? SpillAuthMode::kAnonymous
                             : SpillAuthMode::kRefuseAll;
@@ -515,45 +531,113 @@ void SpillAuth::reset(std::shared_ptr<const UsersFile> users, bool allow_anonymo
   }
 }
 
-bool SpillAuth::authenticate(std::optional<std::string_view> login,
-                             std::optional<std::string_view> passcode) {
+namespace {
+
+// The cache slot of a user's login: its digest mixed with the user's index.
+size_t cache_slot(uint32_t user, const std::array<unsigned char, crypto_generichash_BYTES>& d,
+                  size_t entries) {
+  const uint32_t mix = (uint32_t(d[0]) | uint32_t(d[1]) << 8) ^ (user * 2654435761u);
+  return mix % entries;
+}
+
+}  // namespace
+
+session::AuthAnswer SpillAuth::authenticate(std::optional<std::string_view> login,
+                                            std::optional<std::string_view> passcode,
+                                            uint64_t ticket) {
+  using session::AuthAnswer;
   follow_source();
-  if (mode_ == SpillAuthMode::kAnonymous) return true;
-  if (mode_ == SpillAuthMode::kRefuseAll || !login || !passcode || passcode->empty()) {
+  if (mode_ == SpillAuthMode::kAnonymous) return AuthAnswer::kAccepted;
+  if (mode_ == SpillAuthMode::kRefuseAll || !login || !passcode || passcode->empty() ||
+      passcode->size() > kPasscodeBytesMax) {
     ++stats_.refused;
-    return false;
+    return AuthAnswer::kRefused;
   }
-  const UserEntry* user = users_->find(*login);
-  if (user == nullptr) {
-    ++stats_.verifications;
-    const int decoy =
-        crypto_pwhash_str_verify(decoy_hash().c_str(), passcode->data(), passcode->size());
-    static_cast<void>(decoy);  // refused whatever it says
-    ++stats_.refused;
-    return false;
-  }
-  const auto index = uint32_t(user - users_->users().data());
   Digest digest;
   const auto& key = digest_key();
   crypto_generichash(digest.data(), digest.size(),
                      reinterpret_cast<const unsigned char*>(passcode->data()), passcode->size(),
                      key.data(), key.size());
-  const uint32_t mix = (uint32_t(digest[0]) | uint32_t(digest[1]) << 8) ^ (index * 2654435761u);
-  CacheEntry& slot = cache_[mix % kCacheEntries];
+  const UserEntry* user = users_->find(*login);
+  if (user == nullptr) {
+    // An unknown user costs a verify too, so that the answer's delay does not tell.
+    if (verifier_) return check_later(kNoUser, decoy_hash(), *passcode, digest, ticket);
+    ++stats_.verifications;
+    const int decoy =
+        crypto_pwhash_str_verify(decoy_hash().c_str(), passcode->data(), passcode->size());
+    static_cast<void>(decoy);  // refused whatever it says
+    ++stats_.refused;
+    return AuthAnswer::kRefused;
+  }
+  const auto index = uint32_t(user - users_->users().data());
+  const CacheEntry& slot = cache_[cache_slot(index, digest, kCacheEntries)];
   if (slot.used && slot.user == index &&
       sodium_memcmp(slot.digest.data(), digest.data(), digest.size()) == 0) {
     ++stats_.cache_hits;
-    return true;
+    return AuthAnswer::kAccepted;
   }
+  if (verifier_) return check_later(index, user->hash, *passcode, digest, ticket);
   ++stats_.verifications;
   if (crypto_pwhash_str_verify(user->hash.c_str(), passcode->data(), passcode->size()) != 0) {
     ++stats_.refused;
-    return false;
+    return AuthAnswer::kRefused;
   }
+  remember(index, digest);
+  return AuthAnswer::kAccepted;
+}
+
+session::AuthAnswer SpillAuth::check_later(uint32_t user, std::string_view hash,
+                                           std::string_view passcode, const Digest& digest,
+                                           uint64_t ticket) {
+  SLUICE_ASSERT(hash.size() < check_->hash.size() && passcode.size() <= check_->passcode.size());
+  if (waiting_ == LoginInbox::kDepth) {
+    ++stats_.busy;
+    return session::AuthAnswer::kBusy;
+  }
+  LoginVerifier::Check& c = *check_;
+  c.inbox = inbox_.get();
+  c.answer = VerifiedLogin{ticket, false, user, generation_, digest};
+  std::memcpy(c.hash.data(), hash.data(), hash.size());
+  c.hash[hash.size()] = '\0';
+  std::memcpy(c.passcode.data(), passcode.data(), passcode.size());
+  c.passcode_len = passcode.size();
+  const bool queued = verifier_->submit(c);
+  sodium_memzero(c.passcode.data(), passcode.size());
+  if (!queued) {
+    ++stats_.busy;
+    return session::AuthAnswer::kBusy;
+  }
+  ++waiting_;
+  ++stats_.verifications;
+  return session::AuthAnswer::kPending;
+}
+
+void SpillAuth::remember(uint32_t user, const Digest& digest) {
+  CacheEntry& slot = cache_[cache_slot(user, digest, kCacheEntries)];
   slot.used = true;
-  slot.user = index;
+  slot.user = user;
   slot.digest = digest;
-  return true;
+}
+
+size_t SpillAuth::poll(std::span<Answer> out) {
+  if (!inbox_) return 0;
+  std::array<VerifiedLogin, 16> got;
+  const size_t n = inbox_->take(std::span(got).first(std::min(got.size(), out.size())));
+  SLUICE_ASSERT(n <= waiting_);
+  waiting_ -= n;
+  for (size_t i = 0; i < n; ++i) {
+    const VerifiedLogin& v = got[i];
+    // A login checked against a users file that has since been reloaded is refused: the
+    // reload may have changed that user's passcode or removed the user.
+    const bool accepted = v.accepted && v.user != kNoUser && v.generation == generation_;
+    if (accepted) {
+      remember(v.user, v.digest);
+    } else {
+      ++stats_.refused;
+    }
+    out[i] = Answer{v.ticket, accepted};
+  }
+  return n;
 }
 
 bool SpillAuth::authorize(std::string_view login, const session::QueueKey& key) {

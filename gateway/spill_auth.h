@@ -15,14 +15,15 @@
 // `allow` for a user the file does not define are errors "PATH:LINE: what is wrong".
 //
 // Hashes written by `sluicectl user add` are argon2id with kHashOpsLimit passes over
-// kHashMemLimitBytes. Measured on the 2-core development machine (libsodium 1.0.18): one verify
-// costs ~5.8 ms at t=2/8 MiB (16 MiB: ~14 ms; libsodium's INTERACTIVE 64 MiB: ~70 ms). Verifying
-// runs on the worker thread, stalling its other sessions for that long, so the memory cost is
-// lowered from INTERACTIVE's 64 MiB: a stolen users file is cheaper to attack offline (8 MiB per
-// guess instead of 64), which is the price of a worker stall under 10 ms. Successful
-// verifications are cached (SpillAuth::kCacheEntries) so reconnects cost a keyed BLAKE2b only.
-// Hashes with a higher cost than kHashCostMaxKib are refused when the file is read, so that no
-// line of it can stall a worker for long.
+// kHashMemLimitBytes. One verify costs milliseconds (~5.8 ms at t=2/8 MiB measured on the
+// 2-core development machine, libsodium 1.0.18); with a LoginVerifier it
+// runs on that thread (login_verifier.h), without one on the caller's. The memory cost is
+// lower than libsodium's INTERACTIVE 64 MiB so that the one verifier thread keeps up with
+// reconnect storms: a stolen users file is cheaper to attack offline (8 MiB per guess instead
+// of 64), the price of ~170 checks a second instead of ~14. Successful verifications are
+// cached (SpillAuth::kCacheEntries) so reconnects cost a keyed BLAKE2b only. Hashes with a
+// higher cost than kHashCostMaxKib are refused when the file is read, so that no line of it
+// can hold the verifier for long.
 #pragma once
 
 #include <sodium.h>
@@ -40,6 +41,8 @@
 
 #include "base/result.h"
 #include "dataplane/session/spill_session.h"
+#include "dataplane/uring/engine.h"
+#include "gateway/login_verifier.h"
 
 namespace sluice::gateway {
 
@@ -118,7 +121,8 @@ enum class SpillAuthMode : uint8_t {
 struct SpillAuthStats {
   uint64_t verifications = 0;  // argon2id verifications run (the slow path)
   uint64_t cache_hits = 0;     // logins accepted from the cache
-  uint64_t refused = 0;        // authenticate() answered false
+  uint64_t refused = 0;        // authenticate() refused, at once or after a check
+  uint64_t busy = 0;           // authenticate() answered kBusy: too many checks waiting
   uint64_t denied = 0;         // authorize() answered false
 };
 
@@ -146,9 +150,11 @@ class UsersSource {
 };
 
 // The SpillHooks of one worker thread: one instance per worker, all sharing one UsersFile. Not
-// thread-safe. authenticate() and authorize() do not allocate, except inside libsodium's argon2id
-// verification on a cache miss (kHashMemLimitBytes for the hashes sluicectl writes).
-class SpillAuth final : public session::SpillHooks {
+// thread-safe. authenticate() answers from the cache, or refuses, at once; the argon2id check
+// of a cache miss (and the decoy check of an unknown user, so that both take as long) runs on
+// the LoginVerifier when there is one (kPending: the answer comes through poll()), else on the
+// calling thread. Neither allocates, except inside libsodium's argon2id verification.
+class SpillAuth final : public session::SpillHooks, public uring::LoginAnswers {
  public:
   static constexpr size_t kCacheEntries = 256;
 
@@ -160,16 +166,30 @@ class SpillAuth final : public session::SpillHooks {
   // dropping sessions. Logins already accepted stay; the ACL is checked against the new file
   // at every SEND.
   SpillAuth(std::shared_ptr<UsersSource> source, bool allow_anonymous);
+  ~SpillAuth() override;
+  SpillAuth(const SpillAuth&) = delete;
+  SpillAuth& operator=(const SpillAuth&) = delete;
 
-  bool authenticate(std::optional<std::string_view> login,
-                    std::optional<std::string_view> passcode) override;
+  // From now on, cache misses are checked on `verifier`; an error when the inbox for its
+  // answers cannot be made. Before the first authenticate().
+  Result<> check_on(std::shared_ptr<LoginVerifier> verifier);
+
+  session::AuthAnswer authenticate(std::optional<std::string_view> login,
+                                   std::optional<std::string_view> passcode,
+                                   uint64_t ticket) override;
   bool authorize(std::string_view login, const session::QueueKey& key) override;
+
+  // uring::LoginAnswers: the verifier's answers; accepted ones enter the cache. A login checked
+  // against a users file that has been reloaded since is refused.
+  size_t poll(std::span<Answer> out) override;
+  int notify_fd() const override { return inbox_ ? inbox_->notify_fd() : -1; }
 
   // A reloaded users file (same mode rules); empties the cache. On the worker thread.
   void reset(std::shared_ptr<const UsersFile> users, bool allow_anonymous);
 
   SpillAuthMode mode() const { return mode_; }
   const SpillAuthStats& stats() const { return stats_; }
+  size_t checks_waiting() const { return waiting_; }
 
  private:
   using Digest = std::array<unsigned char, crypto_generichash_BYTES>;
@@ -180,7 +200,12 @@ class SpillAuth final : public session::SpillHooks {
     Digest digest{};
   };
 
+  static constexpr uint32_t kNoUser = UINT32_MAX;  // a decoy check: refused whatever it says
+
   void follow_source();  // takes up a file set in source_ since the last check
+  session::AuthAnswer check_later(uint32_t user, std::string_view hash, std::string_view passcode,
+                                  const Digest& digest, uint64_t ticket);
+  void remember(uint32_t user, const Digest& digest);
 
   std::shared_ptr<const UsersFile> users_;
   std::shared_ptr<UsersSource> source_;
@@ -189,6 +214,11 @@ class SpillAuth final : public session::SpillHooks {
   SpillAuthMode mode_ = SpillAuthMode::kRefuseAll;
   SpillAuthStats stats_;
   std::array<CacheEntry, kCacheEntries> cache_{};
+  uint64_t generation_ = 0;  // of users_; answers for an older one are not cached
+  std::shared_ptr<LoginVerifier> verifier_;
+  std::unique_ptr<LoginInbox> inbox_;
+  std::unique_ptr<LoginVerifier::Check> check_;  // built here, copied by submit()
+  size_t waiting_ = 0;                           // checks sent, not yet answered
 };
 
 }  // namespace sluice::gateway

@@ -52,7 +52,7 @@ SpillSession::SpillSession(const SessionConfig& config, const SpillLimits& limit
   SLUICE_ASSERT(buffer.size() >= spill_buffer_bytes(config, limits.txn_bytes_max));
 }
 
-void SpillSession::start(const Prelude& prelude) {
+void SpillSession::start(const Prelude& prelude, uint64_t ticket) {
   version_ = prelude.version();
   parser_.set_version(version_);
   batch_parser_.set_version(version_);
@@ -70,15 +70,36 @@ void SpillSession::start(const Prelude& prelude) {
     fail(SpillEnd::kAuthFailed, "authentication failed", "login header too long");
     return;
   }
-  if (!hooks_.authenticate(login, prelude.passcode())) {
-    fail(SpillEnd::kAuthFailed, "authentication failed",
-         "the gateway did not accept the login and passcode of this CONNECT");
-    return;
-  }
   if (login) {
     std::memcpy(login_.data(), login->data(), login->size());
     login_len_ = login->size();
   }
+  switch (hooks_.authenticate(login, prelude.passcode(), ticket)) {
+    case AuthAnswer::kAccepted:
+      return;
+    case AuthAnswer::kPending:
+      login_pending_ = true;
+      return;
+    case AuthAnswer::kRefused:
+      refuse_login();
+      return;
+    case AuthAnswer::kBusy:
+      fail(SpillEnd::kAuthFailed, "authentication failed",
+           "the gateway is checking too many logins now; connect again later");
+      return;
+  }
+}
+
+void SpillSession::refuse_login() {
+  login_len_ = 0;
+  fail(SpillEnd::kAuthFailed, "authentication failed",
+       "the gateway did not accept the login and passcode of this CONNECT");
+}
+
+void SpillSession::on_login_checked(bool accepted) {
+  if (!login_pending_) return;
+  login_pending_ = false;
+  if (!accepted) refuse_login();
 }
 
 size_t SpillSession::retain_from() const {
@@ -202,6 +223,7 @@ SpillEvent SpillSession::next() {
       }
       return SpillEvent{SpillEvent::Kind::kWaitDurable};
     }
+    if (login_pending_) return SpillEvent{SpillEvent::Kind::kWaitLogin};
     if (pending_count_ == limits_.receipts_pending_max) {
       return SpillEvent{SpillEvent::Kind::kWaitDurable};
     }

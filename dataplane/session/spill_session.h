@@ -18,11 +18,21 @@ namespace sluice::session {
 
 class Prelude;
 
+// What SpillHooks::authenticate() answers.
+enum class AuthAnswer : uint8_t {
+  kAccepted,
+  kRefused,
+  kPending,  // checked elsewhere; the answer for the ticket comes later (on_login_checked)
+  kBusy,     // too many checks wait already; refused, and the client is told to retry
+};
+
 // Decisions the session core leaves to its caller: credentials (users file) and per-queue ACL.
 class SpillHooks {
  public:
-  virtual bool authenticate(std::optional<std::string_view> login,
-                            std::optional<std::string_view> passcode) = 0;
+  // `ticket` names the session to the engine when the answer is kPending; the engine passes the
+  // answer to that session's on_login_checked().
+  virtual AuthAnswer authenticate(std::optional<std::string_view> login,
+                                  std::optional<std::string_view> passcode, uint64_t ticket) = 0;
   virtual bool authorize(std::string_view login, const QueueKey& key) = 0;
   virtual ~SpillHooks() = default;
 };
@@ -57,6 +67,7 @@ struct SpillEvent {
   enum class Kind : uint8_t {
     kNeedMore,     // feed more bytes
     kWaitDurable,  // nothing to do until on_durable()/on_append_failed()
+    kWaitLogin,    // nothing to do until on_login_checked(); input is kept, not read
     kReply,        // send `to_client` (RECEIPTs), call next() again
     kAppend,       // append `frame` (a SEND) for `key` to the spill log under `token`
     kBatchBegin,   // the next `batch_count` kAppend events are one atomic batch (a COMMIT)
@@ -80,7 +91,11 @@ class SpillSession {
 
   // Takes over a prelude that ended in kBind and was routed to spill: authenticates its CONNECT
   // credentials and re-reads every byte that came after the CONNECT. Call once, first.
-  void start(const Prelude& prelude);
+  // `ticket` goes to SpillHooks::authenticate(). No frame after the CONNECT is read before the
+  // login is accepted.
+  void start(const Prelude& prelude, uint64_t ticket);
+  // The answer to a login authenticate() left kPending. Ignored once the session is closing.
+  void on_login_checked(bool accepted);
   size_t feed(std::string_view bytes);
   // Views in the event are valid until the next call to next() or feed().
   SpillEvent next();
@@ -110,6 +125,7 @@ class SpillSession {
 
   SpillEvent on_frame(const Frame& f, size_t begin);
   SpillEvent on_send(const Frame& f, size_t begin);
+  void refuse_login();
   void fail(SpillEnd end, std::string_view message, std::string_view detail,
             std::optional<std::string_view> receipt = std::nullopt);
   bool push_receipt(const Frame& f, uint64_t token);
@@ -152,6 +168,7 @@ class SpillSession {
   bool batch_active_ = false;
   uint32_t batch_next_ = 0;  // 0: kBatchBegin not yet sent; k: staged k-1 sent
 
+  bool login_pending_ = false;  // authenticate() answered kPending; no frame is read meanwhile
   // Closing: stop reading, release what can be released, then send final_ and close.
   bool closing_ = false;
   bool closed_ = false;

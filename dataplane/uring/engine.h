@@ -144,12 +144,28 @@ class SpillSink {
   virtual int notify_fd() const = 0;
 };
 
+// The answers to the spill logins SpillHooks::authenticate() left kPending (checked on another
+// thread). Called on the worker's thread only.
+class LoginAnswers {
+ public:
+  struct Answer {
+    uint64_t ticket = 0;  // as authenticate() was given it
+    bool accepted = false;
+  };
+  virtual ~LoginAnswers() = default;
+  // Answers that came since the last poll, in the order they came.
+  virtual size_t poll(std::span<Answer> out) = 0;
+  // An eventfd: readable after an answer came.
+  virtual int notify_fd() const = 0;
+};
+
 // The pieces one worker runs with; they outlive the engine.
 struct WorkerParts {
   session::Router* router = nullptr;
   SpillSink* spill = nullptr;             // null: spill sessions are refused
   session::SpillHooks* hooks = nullptr;   // credentials and ACL for spill sessions
   session::LoginCache* logins = nullptr;  // null: every eager login check asks a node
+  LoginAnswers* login_answers = nullptr;  // required when `hooks` may answer kPending
 };
 
 enum class LogLevel : uint8_t { kDebug, kInfo, kWarn, kError };

@@ -66,6 +66,14 @@ void Worker::arm_spill_notify() {
   spill_notify_armed_ = true;
 }
 
+// Armed for the worker's life when its spill logins may be checked on another thread.
+void Worker::arm_login_notify() {
+  io_uring_sqe* e = sqe();
+  io_uring_prep_read(e, parts_.login_answers->notify_fd(), &login_notify_value_,
+                     sizeof login_notify_value_, 0);
+  io_uring_sqe_set_data64(e, tag(kNone, 0, Op::kLoginNotify));
+}
+
 void Worker::arm_recv_client(uint32_t slot) {
   Session& s = sessions_[slot];
   if (s.recv_armed || s.state == State::kClosing) return;
@@ -368,6 +376,15 @@ inline bool Worker::on_worker_cqe(Op op, int res, uint32_t flags) {
     case Op::kSpillNotify:
       spill_notify_armed_ = false;
       return true;
+    case Op::kLoginNotify:
+      // The answers are taken in loop_once(); this read only wakes the loop. Should the read
+      // fail (never for an eventfd), the loop still takes them, at most kWaitMax apart.
+      if (res >= 0) {
+        arm_login_notify();
+      } else {
+        log_(LogLevel::kError, "login_notify_failed", {{{"error", std::strerror(-res)}}});
+      }
+      return true;
     default:
       return false;
   }
@@ -561,6 +578,7 @@ void Worker::loop_once() {
 
   parts_.router->poll();
   poll_spill();
+  if (parts_.login_answers != nullptr) poll_login_answers();
   if (!recv_retry_.empty()) {
     std::vector<uint32_t> retry;
     retry.swap(recv_retry_);
@@ -590,6 +608,9 @@ void Worker::run() {
     return;
   }
   arm_wake();
+  if (parts_.login_answers != nullptr && parts_.login_answers->notify_fd() >= 0) {
+    arm_login_notify();
+  }
   next_scan_ = now() + kScanInterval;
   while (true) {
     loop_once();

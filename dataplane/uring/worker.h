@@ -70,8 +70,9 @@ enum class Op : uint8_t {
   kSpliceOut,
   kPollOut,
   kCancel,
-  kInstall,   // a parked socket's descriptor back; the side bit: 0 client, 1 owner
-  kPollHeld,  // the login check's connection, held while the prelude goes on, is readable
+  kInstall,      // a parked socket's descriptor back; the side bit: 0 client, 1 owner
+  kPollHeld,     // the login check's connection, held while the prelude goes on, is readable
+  kLoginNotify,  // WorkerParts::login_answers has answers to spill logins
 };
 
 enum class State : uint8_t {
@@ -249,6 +250,7 @@ class Worker {
   void arm_accept();
   void arm_wake();
   void arm_spill_notify();
+  void arm_login_notify();
   void arm_recv_client(uint32_t slot);
   void flush_out(uint32_t slot);
   bool queue_out(uint32_t slot, std::string_view bytes);
@@ -341,6 +343,8 @@ class Worker {
   bool act_spill(uint32_t slot, const session::SpillEvent& ev);
   void poll_spill();
   void note_spill_busy(uint32_t slot);
+  void poll_login_answers();
+  static uint64_t login_ticket(uint32_t slot, uint32_t gen) { return uint64_t(slot) << 32 | gen; }
 
   uint32_t index_;
   EngineOptions options_;
@@ -366,6 +370,7 @@ class Worker {
   bool spill_notify_armed_ = false;
   uint64_t wake_value_ = 0;
   uint64_t spill_notify_value_ = 0;
+  uint64_t login_notify_value_ = 0;
   __kernel_timespec connect_timeout_{};
 
   io_uring_buf_ring* buf_ring_ = nullptr;

@@ -1,6 +1,7 @@
 // Spill sessions: the owner cannot be reached (or the queue's backlog must drain first), so the
 // worker terminates STOMP itself; every SEND goes to the spill log and its RECEIPT goes out only
 // once the log says the record is durable (DESIGN sections 3 and 6).
+#include <array>
 #include <cstring>
 
 #include "base/assert.h"
@@ -61,7 +62,7 @@ void Worker::start_spill(uint32_t slot) {
       session::spill_buffer_bytes(config_, options_.spill_limits.txn_bytes_max);
   ss.spill.emplace(config_, options_.spill_limits, std::span<char>(ss.buf, spill_buf),
                    *parts_.hooks);
-  ss.spill->start(*ps.prelude);
+  ss.spill->start(*ps.prelude, login_ticket(slot, s.gen));
   release_prelude(slot);
   s.end_requested = false;
   drive_spill(slot);
@@ -101,7 +102,10 @@ void Worker::drive_spill(uint32_t slot) {
       if (!s.closing_after_send()) arm_recv_client(slot);
       return;
     }
-    if (ev.kind == session::SpillEvent::Kind::kWaitDurable) return;
+    if (ev.kind == session::SpillEvent::Kind::kWaitDurable ||
+        ev.kind == session::SpillEvent::Kind::kWaitLogin) {
+      return;
+    }
     if (!act_spill(slot, ev)) {
       ss.held = true;
       ss.held_event = ev;
@@ -200,6 +204,25 @@ void Worker::poll_spill() {
   }
   work.clear();
   if (spill_dirty_.empty()) spill_dirty_.swap(work);  // keep the capacity
+}
+
+// Spill logins checked on another thread: each answer goes to its session, unless the session
+// has ended meanwhile (its slot free or taken again: the generation differs).
+void Worker::poll_login_answers() {
+  std::array<LoginAnswers::Answer, 64> answers;
+  for (;;) {
+    const size_t n = parts_.login_answers->poll(answers);
+    for (size_t i = 0; i < n; ++i) {
+      const auto slot = uint32_t(answers[i].ticket >> 32);
+      const auto gen = uint32_t(answers[i].ticket);
+      SLUICE_ASSERT(slot < sessions_.size());
+      Session& s = sessions_[slot];
+      if (s.gen != gen || s.state != State::kSpill) continue;
+      spills_.object(s.spill_slot).spill->on_login_checked(answers[i].accepted);
+      drive_spill(slot);
+    }
+    if (n < answers.size()) return;
+  }
 }
 
 }  // namespace sluice::uring::detail

@@ -426,21 +426,28 @@ void check_bind(const Session& s, const ss::SessionConfig& config, PreludeRun& r
   check_greeting(s, config, p.version());
 }
 
+// Accepts every login: at once, or (`later`) after the session has waited for the answer.
 class AcceptAll final : public ss::SpillHooks {
  public:
-  bool authenticate(std::optional<std::string_view>, std::optional<std::string_view>) override {
-    return true;
+  ss::AuthAnswer authenticate(std::optional<std::string_view>, std::optional<std::string_view>,
+                              uint64_t) override {
+    asked = true;
+    return later ? ss::AuthAnswer::kPending : ss::AuthAnswer::kAccepted;
   }
   bool authorize(std::string_view, const ss::QueueKey&) override { return true; }
+  bool later = false;
+  bool asked = false;
 };
 
 // After kBind on the second run: the owner is unreachable, the gateway spills the session.
 void run_spill(const Session& s, const ss::SessionConfig& config, PreludeRun& run) {
   AcceptAll hooks;
+  hooks.later = (s.stream.size() & 1) != 0;  // half the inputs: the login answered later
   const size_t bytes = ss::spill_buffer_bytes(config, kSpillLimits.txn_bytes_max);
   std::unique_ptr<char[]> buf(new char[bytes]);
   ss::SpillSession spill(config, kSpillLimits, std::span<char>(buf.get(), bytes), hooks);
-  spill.start(run.prelude());
+  spill.start(run.prelude(), 1);
+  bool answered = false;
 
   const Durability durability = s.options.durability;
   Rng rng(s.stream.substr(run.offered()));
@@ -486,6 +493,12 @@ void run_spill(const Session& s, const ss::SessionConfig& config, PreludeRun& ru
         // Waiting when everything that can become durable is would stall for good.
         if (!make_durable()) __builtin_trap();
         break;
+      case ss::SpillEvent::Kind::kWaitLogin:
+        // Only a login left pending is waited for, and only once.
+        if (!hooks.later || !hooks.asked || answered) __builtin_trap();
+        answered = true;
+        spill.on_login_checked(true);
+        break;
       case ss::SpillEvent::Kind::kReply:
         if (ev.to_client.empty() ||
             expect_frames(ev.to_client, spill.version(), {ss::Command::kReceipt}) == 0) {
@@ -494,6 +507,7 @@ void run_spill(const Session& s, const ss::SessionConfig& config, PreludeRun& ru
         break;
       case ss::SpillEvent::Kind::kAppend:
         if (ev.frame == nullptr || ev.frame->command() != ss::Command::kSend) __builtin_trap();
+        if (hooks.later && !answered) __builtin_trap();  // nothing before the login is accepted
         if (ev.token != ++token || ev.token != spill.last_token()) __builtin_trap();
         if (!ev.key.default_route && ev.key.queue.empty()) __builtin_trap();
         if (batch_left == 0) __builtin_trap();

@@ -47,8 +47,9 @@ using testing::frame;
 
 class AcceptAll : public SpillHooks {
  public:
-  bool authenticate(std::optional<std::string_view>, std::optional<std::string_view>) override {
-    return true;
+  AuthAnswer authenticate(std::optional<std::string_view>, std::optional<std::string_view>,
+                          uint64_t) override {
+    return AuthAnswer::kAccepted;
   }
   bool authorize(std::string_view, const QueueKey&) override { return true; }
 };
@@ -93,7 +94,7 @@ TEST(NoAllocationTest, PreludeAndSpillSessionDoNotAllocateWhileRunning) {
   e = prelude.next();
   ASSERT_EQ(e.kind, PreludeEvent::Kind::kBind);
   ASSERT_EQ(greeting.on_bytes(owner).kind, GreetingResult::Kind::kStrip);
-  spill.start(prelude);
+  spill.start(prelude, 1);
   size_t off = 100;
   uint64_t appended = 0;
   for (int round = 0; round < 100000 && off <= traffic.size(); ++round) {

@@ -4,10 +4,13 @@
 #include "tests/unit/result_util.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +23,7 @@
 namespace sluice::gateway {
 namespace {
 
+using session::AuthAnswer;
 using session::QueueKey;
 
 // Hashing costs a few ms; each passcode is hashed once per process (std::map: references stay).
@@ -220,23 +224,23 @@ TEST(SpillAuth, AuthorizesOnlyWhatTheUsersRulesAllow) {
 
 TEST(SpillAuth, AuthenticatesTheRightPasscodeOnly) {
   SpillAuth auth(must_parse(alice_and_bob()), false);
-  EXPECT_TRUE(auth.authenticate("alice", "alice-pw"));
-  EXPECT_FALSE(auth.authenticate("alice", "bob-pw"));
-  EXPECT_FALSE(auth.authenticate("alice", "alice-pw "));
-  EXPECT_FALSE(auth.authenticate("alice", ""));
-  EXPECT_FALSE(auth.authenticate("alice", std::nullopt));
-  EXPECT_FALSE(auth.authenticate(std::nullopt, "alice-pw"));
-  EXPECT_FALSE(auth.authenticate(std::nullopt, std::nullopt));
-  EXPECT_TRUE(auth.authenticate("bob", "bob-pw"));
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 0), AuthAnswer::kAccepted);
+  EXPECT_EQ(auth.authenticate("alice", "bob-pw", 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw ", 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate("alice", "", 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate("alice", std::nullopt, 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate(std::nullopt, "alice-pw", 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate(std::nullopt, std::nullopt, 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate("bob", "bob-pw", 0), AuthAnswer::kAccepted);
   // A user without rules may log in.
-  EXPECT_TRUE(auth.authenticate("carol", "carol-pw"));
+  EXPECT_EQ(auth.authenticate("carol", "carol-pw", 0), AuthAnswer::kAccepted);
   EXPECT_EQ(auth.stats().refused, 6u);
 }
 
 TEST(SpillAuth, UnknownUserIsRefusedAfterAVerification) {
   SpillAuth auth(must_parse(alice_and_bob()), false);
-  EXPECT_FALSE(auth.authenticate("dave", "alice-pw"));
-  EXPECT_FALSE(auth.authenticate("", "x"));
+  EXPECT_EQ(auth.authenticate("dave", "alice-pw", 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate("", "x", 0), AuthAnswer::kRefused);
   // The decoy verification: an unknown login takes as long as a wrong passcode.
   EXPECT_EQ(auth.stats().verifications, 2u);
   EXPECT_EQ(auth.stats().refused, 2u);
@@ -244,23 +248,23 @@ TEST(SpillAuth, UnknownUserIsRefusedAfterAVerification) {
 
 TEST(SpillAuth, CacheHitSkipsVerificationButStillRejectsAWrongPasscode) {
   SpillAuth auth(must_parse(alice_and_bob()), false);
-  EXPECT_TRUE(auth.authenticate("alice", "alice-pw"));
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 0), AuthAnswer::kAccepted);
   EXPECT_EQ(auth.stats().verifications, 1u);
-  EXPECT_TRUE(auth.authenticate("alice", "alice-pw"));
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 0), AuthAnswer::kAccepted);
   EXPECT_EQ(auth.stats().verifications, 1u);
   EXPECT_EQ(auth.stats().cache_hits, 1u);
-  EXPECT_FALSE(auth.authenticate("alice", "alice-pX"));
-  EXPECT_FALSE(auth.authenticate("alice", "wrong"));
+  EXPECT_EQ(auth.authenticate("alice", "alice-pX", 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate("alice", "wrong", 0), AuthAnswer::kRefused);
   // Another user with alice's (cached) passcode is not let in by her cache entry.
-  EXPECT_FALSE(auth.authenticate("bob", "alice-pw"));
+  EXPECT_EQ(auth.authenticate("bob", "alice-pw", 0), AuthAnswer::kRefused);
   EXPECT_EQ(auth.stats().verifications, 4u);
   EXPECT_EQ(auth.stats().cache_hits, 1u);
-  EXPECT_TRUE(auth.authenticate("alice", "alice-pw"));
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 0), AuthAnswer::kAccepted);
   EXPECT_EQ(auth.stats().cache_hits, 2u);
   // A reloaded file empties the cache: alice's old passcode is checked against her new hash.
   auth.reset(must_parse("user alice " + hash_of("new-pw") + "\n"), false);
-  EXPECT_FALSE(auth.authenticate("alice", "alice-pw"));
-  EXPECT_TRUE(auth.authenticate("alice", "new-pw"));
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate("alice", "new-pw", 0), AuthAnswer::kAccepted);
   EXPECT_EQ(auth.stats().cache_hits, 2u);
 }
 
@@ -270,30 +274,131 @@ TEST(SpillAuth, FollowsTheUsersFileSetInItsSource) {
   auto source = std::make_shared<UsersSource>(must_parse(alice_and_bob()));
   SpillAuth a(source, false);
   SpillAuth b(source, false);  // a second worker
-  EXPECT_TRUE(a.authenticate("alice", "alice-pw"));
-  EXPECT_TRUE(a.authenticate("alice", "alice-pw"));
+  EXPECT_EQ(a.authenticate("alice", "alice-pw", 0), AuthAnswer::kAccepted);
+  EXPECT_EQ(a.authenticate("alice", "alice-pw", 0), AuthAnswer::kAccepted);
   EXPECT_EQ(a.stats().cache_hits, 1u);
   EXPECT_TRUE(b.authorize("alice", QueueKey{"/", "orders", false}));
-  EXPECT_FALSE(a.authenticate("dave", "dave-pw"));
+  EXPECT_EQ(a.authenticate("dave", "dave-pw", 0), AuthAnswer::kRefused);
   const uint64_t before = source->generation();
   // dave added with a rule, alice's passcode changed and her orders rule gone.
   source->set(must_parse("user alice " + hash_of("new-pw") + "\nallow alice / logs.*\nuser dave " +
                          hash_of("dave-pw") + "\nallow dave / orders\n"));
   EXPECT_EQ(source->generation(), before + 1);
-  EXPECT_FALSE(a.authenticate("alice", "alice-pw")) << "the cached login survived the reload";
-  EXPECT_TRUE(a.authenticate("alice", "new-pw"));
-  EXPECT_TRUE(a.authenticate("dave", "dave-pw"));
+  EXPECT_EQ(a.authenticate("alice", "alice-pw", 0), AuthAnswer::kRefused)
+      << "the cached login survived the reload";
+  EXPECT_EQ(a.authenticate("alice", "new-pw", 0), AuthAnswer::kAccepted);
+  EXPECT_EQ(a.authenticate("dave", "dave-pw", 0), AuthAnswer::kAccepted);
   EXPECT_FALSE(b.authorize("alice", QueueKey{"/", "orders", false}));
   EXPECT_TRUE(b.authorize("alice", QueueKey{"/", "logs.web", false}));
   EXPECT_TRUE(b.authorize("dave", QueueKey{"/", "orders", false}));
-  EXPECT_FALSE(b.authenticate("bob", "bob-pw"));
+  EXPECT_EQ(b.authenticate("bob", "bob-pw", 0), AuthAnswer::kRefused);
+}
+
+// The answers a SpillAuth checking on a LoginVerifier gets, waiting on its notify fd until
+// `n` came or 10 s passed.
+std::vector<uring::LoginAnswers::Answer> answers(SpillAuth& auth, size_t n) {
+  std::vector<uring::LoginAnswers::Answer> got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got.size() < n && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{auth.notify_fd(), POLLIN, 0};
+    if (::poll(&p, 1, 100) == 1) {
+      uint64_t v = 0;
+      EXPECT_EQ(read(auth.notify_fd(), &v, sizeof v), ssize_t(sizeof v));
+    }
+    std::array<uring::LoginAnswers::Answer, 8> buf;
+    const size_t k = auth.poll(buf);
+    got.insert(got.end(), buf.begin(), buf.begin() + ptrdiff_t(k));
+  }
+  return got;
+}
+
+std::shared_ptr<LoginVerifier> must_start_verifier() {
+  auto v = LoginVerifier::start();
+  EXPECT_TRUE(v) << error_of(v);
+  return v ? *v : nullptr;
+}
+
+TEST(SpillAuth, OnAVerifierCacheMissesAreAnsweredLaterAndThenCached) {
+  auto verifier = must_start_verifier();
+  ASSERT_TRUE(verifier);
+  SpillAuth auth(must_parse(alice_and_bob()), false);
+  ASSERT_EQ(error_of(auth.check_on(verifier)), "");
+  ASSERT_GE(auth.notify_fd(), 0);
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 11), AuthAnswer::kPending);
+  EXPECT_EQ(auth.authenticate("alice", "bob-pw", 12), AuthAnswer::kPending);
+  EXPECT_EQ(auth.authenticate("dave", "alice-pw", 13), AuthAnswer::kPending);  // the decoy
+  EXPECT_EQ(auth.checks_waiting(), 3u);
+  // What needs no check is answered at once, as without a verifier.
+  EXPECT_EQ(auth.authenticate("alice", std::nullopt, 14), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate("alice", std::string(kPasscodeBytesMax + 1, 'x'), 15),
+            AuthAnswer::kRefused);
+  std::vector<uring::LoginAnswers::Answer> got = answers(auth, 3);
+  ASSERT_EQ(got.size(), 3u);
+  std::map<uint64_t, bool> by_ticket;
+  for (const auto& a : got)
+    by_ticket[a.ticket] = a.accepted;
+  EXPECT_EQ(by_ticket, (std::map<uint64_t, bool>{{11, true}, {12, false}, {13, false}}));
+  EXPECT_EQ(auth.checks_waiting(), 0u);
+  EXPECT_EQ(verifier->checks_run(), 3u);
+  // The accepted login is in the cache now: answered at once, no check run.
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 16), AuthAnswer::kAccepted);
+  EXPECT_EQ(auth.stats().cache_hits, 1u);
+  EXPECT_EQ(auth.stats().refused, 4u);
+  EXPECT_EQ(verifier->checks_run(), 3u);
+}
+
+TEST(SpillAuth, OnAVerifierAnAnswerFromBeforeAReloadIsRefused) {
+  auto verifier = must_start_verifier();
+  ASSERT_TRUE(verifier);
+  auto source = std::make_shared<UsersSource>(must_parse(alice_and_bob()));
+  SpillAuth auth(source, false);
+  ASSERT_EQ(error_of(auth.check_on(verifier)), "");
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 1), AuthAnswer::kPending);
+  // The reload is taken up at the next check, before the answer is read.
+  source->set(must_parse("user alice " + hash_of("new-pw") + "\n"));
+  EXPECT_EQ(auth.authenticate("bob", "bob-pw", 2), AuthAnswer::kPending);  // bob is gone: decoy
+  std::vector<uring::LoginAnswers::Answer> got = answers(auth, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_FALSE(got[0].accepted) << "checked against the users file before the reload";
+  EXPECT_FALSE(got[1].accepted);
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 3), AuthAnswer::kPending);
+  EXPECT_EQ(auth.authenticate("alice", "new-pw", 4), AuthAnswer::kPending);
+  got = answers(auth, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].ticket, 3u);
+  EXPECT_FALSE(got[0].accepted);
+  EXPECT_EQ(got[1].ticket, 4u);
+  EXPECT_TRUE(got[1].accepted);
+}
+
+// At most LoginInbox::kDepth checks wait for one worker; past that a login is refused as
+// busy at once, and a SpillAuth that goes with checks still waiting takes them with it.
+TEST(SpillAuth, OnAVerifierChecksPastTheBoundAreBusy) {
+  auto verifier = must_start_verifier();
+  ASSERT_TRUE(verifier);
+  {
+    SpillAuth auth(must_parse(alice_and_bob()), false);
+    ASSERT_EQ(error_of(auth.check_on(verifier)), "");
+    for (size_t i = 0; i < LoginInbox::kDepth; ++i)
+      ASSERT_EQ(auth.authenticate("alice", "wrong-" + std::to_string(i), i), AuthAnswer::kPending);
+    EXPECT_EQ(auth.authenticate("alice", "alice-pw", 99), AuthAnswer::kBusy);
+    EXPECT_EQ(auth.stats().busy, 1u);
+    EXPECT_EQ(auth.checks_waiting(), LoginInbox::kDepth);
+  }
+  EXPECT_EQ(verifier->waiting(), 0u) << "the checks of a SpillAuth that went stayed queued";
+  SpillAuth other(must_parse(alice_and_bob()), false);
+  ASSERT_EQ(error_of(other.check_on(verifier)), "");
+  EXPECT_EQ(other.authenticate("bob", "bob-pw", 7), AuthAnswer::kPending);
+  std::vector<uring::LoginAnswers::Answer> got = answers(other, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].accepted);
 }
 
 TEST(SpillAuth, AnonymousModeLetsEveryoneSpillAnywhere) {
   SpillAuth auth(std::shared_ptr<const UsersFile>(), true);
   EXPECT_EQ(auth.mode(), SpillAuthMode::kAnonymous);
-  EXPECT_TRUE(auth.authenticate(std::nullopt, std::nullopt));
-  EXPECT_TRUE(auth.authenticate("anyone", "anything"));
+  EXPECT_EQ(auth.authenticate(std::nullopt, std::nullopt, 0), AuthAnswer::kAccepted);
+  EXPECT_EQ(auth.authenticate("anyone", "anything", 0), AuthAnswer::kAccepted);
   EXPECT_TRUE(auth.authorize("", QueueKey{"/", "orders", false}));
   EXPECT_TRUE(auth.authorize("anyone", QueueKey{"v", "/topic/x", true}));
   EXPECT_EQ(auth.stats().verifications, 0u);
@@ -302,8 +407,8 @@ TEST(SpillAuth, AnonymousModeLetsEveryoneSpillAnywhere) {
 TEST(SpillAuth, WithoutUsersFileOrAnonymousEverythingIsRefused) {
   SpillAuth auth(std::shared_ptr<const UsersFile>(), false);
   EXPECT_EQ(auth.mode(), SpillAuthMode::kRefuseAll);
-  EXPECT_FALSE(auth.authenticate(std::nullopt, std::nullopt));
-  EXPECT_FALSE(auth.authenticate("alice", "alice-pw"));
+  EXPECT_EQ(auth.authenticate(std::nullopt, std::nullopt, 0), AuthAnswer::kRefused);
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 0), AuthAnswer::kRefused);
   EXPECT_FALSE(auth.authorize("alice", QueueKey{"/", "orders", false}));
   EXPECT_EQ(auth.stats().refused, 2u);
   EXPECT_EQ(auth.stats().denied, 1u);
@@ -312,7 +417,7 @@ TEST(SpillAuth, WithoutUsersFileOrAnonymousEverythingIsRefused) {
 TEST(SpillAuth, UsersFileWinsOverAllowAnonymous) {
   SpillAuth auth(must_parse(alice_and_bob()), true);
   EXPECT_EQ(auth.mode(), SpillAuthMode::kUsersFile);
-  EXPECT_FALSE(auth.authenticate(std::nullopt, std::nullopt));
+  EXPECT_EQ(auth.authenticate(std::nullopt, std::nullopt, 0), AuthAnswer::kRefused);
 }
 
 TEST(UsersEditor, AddAppendsAndKeepsEveryOtherLine) {
@@ -352,8 +457,8 @@ TEST(UsersEditor, AddRefusesADuplicateUnlessReplace) {
   EXPECT_EQ(swapped, "# top\nuser alice " + hash_of("new-pw") +
                          "\nallow alice / new.*\n# keep me\nuser bob " + hash_of("bob-pw") + "\n");
   SpillAuth auth(must_parse(swapped), false);
-  EXPECT_TRUE(auth.authenticate("alice", "new-pw"));
-  EXPECT_FALSE(auth.authenticate("alice", "alice-pw"));
+  EXPECT_EQ(auth.authenticate("alice", "new-pw", 0), AuthAnswer::kAccepted);
+  EXPECT_EQ(auth.authenticate("alice", "alice-pw", 0), AuthAnswer::kRefused);
 }
 
 TEST(UsersEditor, RemoveDropsTheUserAndItsRulesOnly) {
@@ -466,9 +571,9 @@ TEST(SluicectlUser, AddListRemove) {
   UsersFile::LoadResult r = UsersFile::load(users);
   ASSERT_EQ(error_of(r), "");
   SpillAuth auth(*r, false);
-  EXPECT_TRUE(auth.authenticate("alice", "s3cret"));
-  EXPECT_TRUE(auth.authenticate("bob", "bob-pw"));
-  EXPECT_FALSE(auth.authenticate("bob", "x"));
+  EXPECT_EQ(auth.authenticate("alice", "s3cret", 0), AuthAnswer::kAccepted);
+  EXPECT_EQ(auth.authenticate("bob", "bob-pw", 0), AuthAnswer::kAccepted);
+  EXPECT_EQ(auth.authenticate("bob", "x", 0), AuthAnswer::kRefused);
   EXPECT_TRUE(auth.authorize("alice", QueueKey{"prod", "logs.web", false}));
   EXPECT_FALSE(auth.authorize("bob", QueueKey{"/", "orders", false}));
 
@@ -481,8 +586,8 @@ TEST(SluicectlUser, AddListRemove) {
   r = UsersFile::load(users);
   ASSERT_EQ(error_of(r), "");
   SpillAuth after(*r, false);
-  EXPECT_FALSE(after.authenticate("alice", "s3cret"));
-  EXPECT_TRUE(after.authenticate("bob", "new-pw"));
+  EXPECT_EQ(after.authenticate("alice", "s3cret", 0), AuthAnswer::kRefused);
+  EXPECT_EQ(after.authenticate("bob", "new-pw", 0), AuthAnswer::kAccepted);
   EXPECT_TRUE(after.authorize("bob", QueueKey{"/", "orders", false}));
   EXPECT_NE(read_file(users).find("# Sluice spill session users"), std::string::npos);
 }

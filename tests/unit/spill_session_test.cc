@@ -20,10 +20,16 @@ using namespace std::string_literals;
 
 class FakeHooks : public SpillHooks {
  public:
-  bool authenticate(std::optional<std::string_view> login,
-                    std::optional<std::string_view> passcode) override {
-    return login == "alice" && passcode == "secret";
+  // `later`: answers kPending (or `later_answer`) and keeps the ticket; the test answers.
+  AuthAnswer authenticate(std::optional<std::string_view> login,
+                          std::optional<std::string_view> passcode, uint64_t ticket) override {
+    tickets.push_back(ticket);
+    if (later) return later_answer;
+    return login == "alice" && passcode == "secret" ? AuthAnswer::kAccepted : AuthAnswer::kRefused;
   }
+  bool later = false;
+  AuthAnswer later_answer = AuthAnswer::kPending;
+  std::vector<uint64_t> tickets;
   bool authorize(std::string_view login, const QueueKey& key) override {
     checked.emplace_back(std::string(login) + "@" + std::string(key.vhost) + "/" +
                          std::string(key.queue));
@@ -57,8 +63,9 @@ class SpillSessionTest : public ::testing::Test {
     ASSERT_EQ(prelude_->next().kind, PreludeEvent::Kind::kBind);
     spill_buf_.assign(spill_buffer_bytes(config_, limits_.txn_bytes_max), '\0');
     session_.emplace(config_, limits_, spill_buf_, hooks_);
-    session_->start(*prelude_);
+    session_->start(*prelude_, kTicket);
   }
+  static constexpr uint64_t kTicket = 0x1234'5678'9abcULL;
   void start_default(const std::string& first) { start(connect(), first); }
   static std::string connect(std::string_view login = "alice", std::string_view pass = "secret") {
     return frame("CONNECT",
@@ -72,6 +79,7 @@ class SpillSessionTest : public ::testing::Test {
       switch (e.kind) {
         case SpillEvent::Kind::kNeedMore:
         case SpillEvent::Kind::kWaitDurable:
+        case SpillEvent::Kind::kWaitLogin:
           seen_.stopped = e.kind;
           return;
         case SpillEvent::Kind::kReply:
@@ -128,6 +136,70 @@ TEST_F(SpillSessionTest, BadCredentialsCloseWithAuthenticationError) {
   EXPECT_TRUE(seen_.closed);
   EXPECT_EQ(seen_.end, SpillEnd::kAuthFailed);
   EXPECT_NE(seen_.close_bytes.find("message:authentication failed"), std::string::npos);
+  EXPECT_TRUE(seen_.appends.empty());
+}
+
+TEST_F(SpillSessionTest, TheHooksGetTheTicketTheSessionWasStartedWith) {
+  start_default(send("a", "m1", "r1"));
+  EXPECT_EQ(hooks_.tickets, std::vector<uint64_t>{kTicket});
+}
+
+TEST_F(SpillSessionTest, PendingLoginReadsNoFrameUntilAccepted) {
+  hooks_.later = true;
+  start_default(send("a", "m1", "r1"));
+  run();
+  EXPECT_EQ(seen_.stopped, SpillEvent::Kind::kWaitLogin);
+  feed(send("b", "m2", "r2"));
+  run();
+  EXPECT_EQ(seen_.stopped, SpillEvent::Kind::kWaitLogin);
+  EXPECT_TRUE(seen_.appends.empty());
+  EXPECT_TRUE(hooks_.checked.empty()) << "no ACL check before the login is accepted";
+  session_->on_login_checked(true);
+  run();
+  ASSERT_EQ(seen_.appends.size(), 2u);
+  EXPECT_EQ(std::get<1>(seen_.appends[0]), "a");
+  EXPECT_EQ(std::get<1>(seen_.appends[1]), "b");
+  EXPECT_EQ(hooks_.checked, (std::vector<std::string>{"alice@vh/a", "alice@vh/b"}));
+  EXPECT_EQ(seen_.stopped, SpillEvent::Kind::kNeedMore);
+}
+
+TEST_F(SpillSessionTest, PendingLoginRefusedClosesWithoutReadingAFrame) {
+  hooks_.later = true;
+  start_default(send("a", "m1", "r1"));
+  run();
+  session_->on_login_checked(false);
+  run();
+  ASSERT_TRUE(seen_.closed);
+  EXPECT_EQ(seen_.end, SpillEnd::kAuthFailed);
+  EXPECT_NE(seen_.close_bytes.find("message:authentication failed"), std::string::npos);
+  EXPECT_TRUE(seen_.appends.empty());
+  EXPECT_TRUE(hooks_.checked.empty());
+  session_->on_login_checked(true);  // a late, duplicate answer changes nothing
+  EXPECT_EQ(session_->next().kind, SpillEvent::Kind::kClose);
+  EXPECT_TRUE(seen_.appends.empty());
+}
+
+TEST_F(SpillSessionTest, EndRequestedWhileTheLoginIsCheckedClosesAtOnce) {
+  hooks_.later = true;
+  start_default(send("a", "m1", "r1"));
+  run();
+  session_->request_end();
+  run();
+  ASSERT_TRUE(seen_.closed);
+  EXPECT_EQ(seen_.end, SpillEnd::kOwnerAvailable);
+  session_->on_login_checked(true);
+  EXPECT_EQ(session_->next().kind, SpillEvent::Kind::kClose);
+  EXPECT_TRUE(seen_.appends.empty());
+}
+
+TEST_F(SpillSessionTest, BusyLoginCheckClosesTellingTheClientToRetry) {
+  hooks_.later = true;
+  hooks_.later_answer = AuthAnswer::kBusy;
+  start_default(send("a", "m1", "r1"));
+  run();
+  ASSERT_TRUE(seen_.closed);
+  EXPECT_EQ(seen_.end, SpillEnd::kAuthFailed);
+  EXPECT_NE(seen_.close_bytes.find("connect again later"), std::string::npos);
   EXPECT_TRUE(seen_.appends.empty());
 }
 

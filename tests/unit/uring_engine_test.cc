@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/fd.h"
 #include "tests/unit/result_util.h"
 #include "tests/unit/stomp_frames.h"
 
@@ -487,16 +488,70 @@ class FakeSink final : public SpillSink {
   std::vector<Record> records_;
 };
 
-class FakeHooks final : public session::SpillHooks {
+// Spill credentials and ACL. The login kLaterLogin is answered kPending: the test answers it
+// with answer_oldest(), through LoginAnswers as the gateway's verifier thread does.
+constexpr std::string_view kLaterLogin = "later";
+class FakeHooks final : public session::SpillHooks, public LoginAnswers {
  public:
-  bool authenticate(std::optional<std::string_view>, std::optional<std::string_view>) override {
-    return authenticate_ok.load();
+  FakeHooks() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  session::AuthAnswer authenticate(std::optional<std::string_view> login,
+                                   std::optional<std::string_view>, uint64_t ticket) override {
+    if (login == kLaterLogin) {
+      std::lock_guard<std::mutex> l(mu_);
+      pending_.push_back(ticket);
+      return session::AuthAnswer::kPending;
+    }
+    return authenticate_ok.load() ? session::AuthAnswer::kAccepted : session::AuthAnswer::kRefused;
   }
   bool authorize(std::string_view, const session::QueueKey&) override {
     return authorize_ok.load();
   }
+  size_t poll(std::span<Answer> out) override {
+    std::lock_guard<std::mutex> l(mu_);
+    const size_t n = std::min(out.size(), answers_.size());
+    std::copy_n(answers_.begin(), n, out.begin());
+    answers_.erase(answers_.begin(), answers_.begin() + ptrdiff_t(n));
+    return n;
+  }
+  int notify_fd() const override { return fd_.get(); }
+
+  // Test thread: answers the oldest login left pending; false when none is.
+  bool answer_oldest(bool accepted) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (pending_.empty()) return false;
+      answers_.push_back(Answer{pending_.front(), accepted});
+      pending_.pop_front();
+    }
+    return notify();
+  }
+  // Test thread: answers for the oldest pending login's slot with another generation (as for
+  // a session that has ended), leaving that login pending.
+  bool answer_stale(bool accepted) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (pending_.empty()) return false;
+      answers_.push_back(Answer{pending_.front() ^ 1, accepted});
+    }
+    return notify();
+  }
+  size_t pending() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return pending_.size();
+  }
+
   std::atomic<bool> authenticate_ok{true};
   std::atomic<bool> authorize_ok{true};
+
+ private:
+  bool notify() {
+    const uint64_t one = 1;
+    return write(fd_.get(), &one, sizeof one) == sizeof one;
+  }
+  base::Fd fd_;
+  mutable std::mutex mu_;
+  std::deque<uint64_t> pending_;
+  std::vector<Answer> answers_;
 };
 
 LogFn nullptr_log() {
@@ -562,7 +617,7 @@ class UringEngineTest : public ::testing::TestWithParam<Mode> {
   // Opens and starts the engine with the fixture's options, config and fakes.
   void start_engine() {
     std::string error;
-    std::vector<WorkerParts> parts{WorkerParts{&router_, &sink_, &hooks_}};
+    std::vector<WorkerParts> parts{WorkerParts{&router_, &sink_, &hooks_, nullptr, &hooks_}};
     LogFn log = [this](LogLevel, std::string_view event, std::span<const LogField> fields) {
       std::string line(event);
       for (const auto& [k, v] : fields)
@@ -1893,6 +1948,71 @@ TEST_P(UringEngineTest, SpillRefusesBadCredentialsAndAcl) {
   ASSERT_TRUE(b.send_all(kSend));
   ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(b, "access refused"));
   EXPECT_TRUE(sink_.records().empty());
+}
+
+const std::string kLaterConnect =
+    frame("CONNECT",
+          {{"accept-version", "1.2"}, {"host", "/"}, {"login", kLaterLogin}, {"passcode", "pw"}});
+
+// A login checked elsewhere holds its own session only: another spill session of the same
+// worker logs in, sends and gets its receipt meanwhile; the first goes on once answered.
+TEST_P(UringEngineTest, SpillLoginCheckedLaterHoldsOnlyItsOwnSession) {
+  Conn a;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  ASSERT_NO_FATAL_FAILURE(connect_client(&a, kLaterConnect));
+  ASSERT_TRUE(a.send_all(kSend));
+  ASSERT_TRUE(wait_until(kWait, [&] { return hooks_.pending() == 1; }));
+  Conn b;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&b));
+  ASSERT_TRUE(b.send_all(kSend));
+  std::optional<std::string> receipt_b = b.read_frame();
+  ASSERT_TRUE(receipt_b) << "client b got: " << b.buffer();
+  EXPECT_EQ(*receipt_b, kReceipt);
+  ASSERT_EQ(sink_.records().size(), 1u) << "a's SEND went to the spill log before its login";
+  EXPECT_EQ(hooks_.pending(), 1u);
+  ASSERT_TRUE(hooks_.answer_oldest(true));
+  std::optional<std::string> receipt_a = a.read_frame();
+  ASSERT_TRUE(receipt_a) << "client a got: " << a.buffer();
+  EXPECT_EQ(*receipt_a, kReceipt);
+  EXPECT_EQ(sink_.records().size(), 2u);
+}
+
+TEST_P(UringEngineTest, SpillLoginRefusedLaterGetsAuthenticationError) {
+  Conn a;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  ASSERT_NO_FATAL_FAILURE(connect_client(&a, kLaterConnect));
+  ASSERT_TRUE(a.send_all(kSend));
+  ASSERT_TRUE(wait_until(kWait, [&] { return hooks_.pending() == 1; }));
+  ASSERT_TRUE(hooks_.answer_oldest(false));
+  ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(a, "authentication failed"));
+  EXPECT_TRUE(sink_.records().empty());
+  EXPECT_EQ(counters().spill_end[size_t(session::SpillEnd::kAuthFailed)].load(), 1u);
+}
+
+// An answer for a session that has ended meanwhile goes nowhere, though its slot may serve
+// another session by then: the ticket's generation is not that session's.
+TEST_P(UringEngineTest, SpillLoginAnswerOfAnotherGenerationIsDropped) {
+  Conn a;
+  ASSERT_NO_FATAL_FAILURE(start_engine());
+  router_.set_spill();
+  ASSERT_NO_FATAL_FAILURE(connect_client(&a, kLaterConnect));
+  ASSERT_TRUE(a.send_all(kSend));
+  ASSERT_TRUE(wait_until(kWait, [&] { return hooks_.pending() == 1; }));
+  ASSERT_TRUE(hooks_.answer_stale(true));
+  // A round trip of another session on the same worker: the stale answer has been read by then.
+  Conn b;
+  ASSERT_NO_FATAL_FAILURE(connect_client(&b));
+  ASSERT_TRUE(b.send_all(kSend));
+  std::optional<std::string> receipt_b = b.read_frame();
+  ASSERT_TRUE(receipt_b) << "client b got: " << b.buffer();
+  EXPECT_EQ(sink_.records().size(), 1u) << "the stale answer let a's SEND through";
+  ASSERT_TRUE(hooks_.answer_oldest(true));
+  std::optional<std::string> receipt_a = a.read_frame();
+  ASSERT_TRUE(receipt_a) << "client a got: " << a.buffer();
+  EXPECT_EQ(*receipt_a, kReceipt);
+  EXPECT_EQ(sink_.records().size(), 2u);
 }
 
 TEST_P(UringEngineTest, SpillAppendBusyIsRetried) {

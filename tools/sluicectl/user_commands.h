@@ -5,12 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "gateway/spill_auth.h"
 #include "tools/sluicectl/commands.h"
 
 namespace sluice::sluicectl {
 
-// Longest passcode read from --password-file or stdin.
-inline constexpr size_t kPasscodeBytesMax = 4096;
+// Longest passcode read from --password-file or stdin: the longest a spill login may carry.
+using gateway::kPasscodeBytesMax;
 
 struct UserAddOptions {
   std::string name;
