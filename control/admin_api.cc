@@ -303,7 +303,7 @@ AdminResponse AdminApi::nodes(const AdminRequest& r) {
   if (!body) return body.error();
   Result<std::string> state = string_member(*body, "state");
   if (!state) return error(400, state.error().message + " (e.g. {\"state\": \"drain\"})");
-  if (std::optional<OpError> e = control_.set_admin_state(name, *state)) return error(*e);
+  if (OpResult done = control_.set_admin_state(name, *state); !done) return error(done.error());
   return reply(200, node_json(*control_.node(name)));
 }
 
@@ -365,7 +365,7 @@ AdminResponse AdminApi::pins(const AdminRequest& r) {
   if (r.method != "POST") return method_not_allowed(r, "POST, DELETE");
   std::vector<PinRequest> reqs;
   if (read_pin_batch(r.body, &reqs)) {
-    if (std::optional<OpError> e = control_.pin(reqs)) return error(*e);
+    if (OpResult done = control_.pin(reqs); !done) return error(done.error());
     return reply(200, json{{"pinned", reqs.size()}});
   }
   auto body = parse_body(r);
@@ -394,7 +394,7 @@ AdminResponse AdminApi::pins(const AdminRequest& r) {
   } else if (auto e = read_one(j, "")) {
     return *e;
   }
-  if (std::optional<OpError> e = control_.pin(reqs)) return error(*e);
+  if (OpResult done = control_.pin(reqs); !done) return error(done.error());
   if (!batch) return reply(200, queue_json(control_.queue(reqs[0].vhost, reqs[0].queue)));
   return reply(200, json{{"pinned", reqs.size()}});
 }
@@ -433,7 +433,7 @@ AdminResponse AdminApi::settings(const AdminRequest& r) {
   } else {
     return error(400, "\"value\" must be a string or a whole number");
   }
-  if (std::optional<OpError> e = control_.set_setting(key, value)) return error(*e);
+  if (OpResult done = control_.set_setting(key, value); !done) return error(done.error());
   return reply(200, json{{"key", key}, {"value", *control_.setting(key)}});
 }
 

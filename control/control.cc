@@ -238,7 +238,7 @@ bool Control::table_full_for(const QueueKey& key) const {
   return table_.size() >= config_.queues_max && table_.find(key) == nullptr;
 }
 
-std::optional<OpError> Control::pin(std::span<const PinRequest> pins) {
+OpResult Control::pin(std::span<const PinRequest> pins) {
   // Everything is checked before anything changes: a batch is applied all or nothing.
   std::vector<NodeIndex> targets;
   targets.reserve(pins.size());
@@ -246,22 +246,22 @@ std::optional<OpError> Control::pin(std::span<const PinRequest> pins) {
   for (size_t k = 0; k < pins.size(); ++k) {
     const PinRequest& p = pins[k];
     auto where = [&] { return pins.size() > 1 ? "pins[" + std::to_string(k) + "]: " : ""; };
-    if (p.vhost.empty()) return OpError{400, where() + "vhost must not be empty"};
-    if (p.queue.empty()) return OpError{400, where() + "queue must not be empty"};
+    if (p.vhost.empty()) return refuse(400, where() + "vhost must not be empty");
+    if (p.queue.empty()) return refuse(400, where() + "queue must not be empty");
     if (KeyFit f = key_fit(p.vhost, p.queue); f != KeyFit::kFits) {
-      return OpError{400, where() + std::string(key_fit_name(f))};
+      return refuse(400, where() + std::string(key_fit_name(f)));
     }
     std::optional<NodeIndex> i = node_index(p.node);
     if (!i) {
-      return OpError{404, where() + "no node named \"" + p.node + "\"; nodes are: " + node_names()};
+      return refuse(404, where() + "no node named \"" + p.node + "\"; nodes are: " + node_names());
     }
     targets.push_back(*i);
     if (table_.find(QueueKey{p.vhost, p.queue}) == nullptr) ++fresh;
   }
   if (table_.size() + fresh > config_.queues_max) {
-    return OpError{507, "the ownership table would exceed limits.queues_max (" +
-                            std::to_string(config_.queues_max) + " queues; " +
-                            std::to_string(table_.size()) + " recorded)"};
+    return refuse(507, "the ownership table would exceed limits.queues_max (" +
+                           std::to_string(config_.queues_max) + " queues; " +
+                           std::to_string(table_.size()) + " recorded)");
   }
   for (size_t k = 0; k < pins.size(); ++k) {
     QueueKey key{pins[k].vhost, pins[k].queue};
@@ -280,7 +280,7 @@ std::optional<OpError> Control::pin(std::span<const PinRequest> pins) {
   }
   counters_->pins_applied += pins.size();
   mark_dirty();
-  return std::nullopt;
+  return {};
 }
 
 void Control::set_backlog(std::string_view vhost, std::string_view queue, bool has_backlog) {
@@ -325,8 +325,8 @@ void Control::apply_config_pins(const std::vector<PinSpec>& old_pins,
     reqs.push_back(PinRequest{p.vhost, p.queue, p.node});
   }
   if (reqs.empty()) return;
-  if (std::optional<OpError> e = pin(reqs)) {
-    log_event(LogLevel::kError, "config_pins_refused", {{"error", e->message}});
+  if (OpResult r = pin(reqs); !r) {
+    log_event(LogLevel::kError, "config_pins_refused", {{"error", r.error().message}});
   }
 }
 

@@ -85,6 +85,12 @@ struct OpError {
   unsigned status = 400;
   std::string message;
 };
+// What an operation behind the admin API answers: nothing, or the refusal as an HTTP status
+// with its message (`return refuse(404, "no node named ...");`).
+using OpResult = tl::expected<void, OpError>;
+inline tl::unexpected<OpError> refuse(unsigned status, std::string message) {
+  return tl::unexpected<OpError>(OpError{status, std::move(message)});
+}
 
 class Control {
  public:
@@ -118,14 +124,14 @@ class Control {
   // ---- operations (the admin API's, on the control thread) ----
   std::vector<NodeStatus> nodes() const;
   std::optional<NodeStatus> node(std::string_view name) const;
-  std::optional<OpError> set_admin_state(std::string_view node, std::string_view state);
+  OpResult set_admin_state(std::string_view node, std::string_view state);
 
   // Queues matching the filters (empty: any), at most `limit`; *total counts every match.
   std::vector<QueueStatus> queues(std::string_view vhost, std::optional<OwnerSource> source,
                                   size_t limit, size_t* total) const;
   QueueStatus queue(std::string_view vhost, std::string_view queue) const;
   // All or nothing: every pin is checked before any is applied.
-  std::optional<OpError> pin(std::span<const PinRequest> pins);
+  OpResult pin(std::span<const PinRequest> pins);
   // False when the queue had no pin.
   bool unpin(std::string_view vhost, std::string_view queue);
 
@@ -158,7 +164,7 @@ class Control {
   // Run-time settings ("log_level", "health.interval_ms", ...): names in settings() order.
   std::vector<std::pair<std::string, std::string>> settings() const;
   std::optional<std::string> setting(std::string_view key) const;
-  std::optional<OpError> set_setting(std::string_view key, std::string_view value);
+  OpResult set_setting(std::string_view key, std::string_view value);
 
   // SIGHUP: applies a new config's nodes (added, or changed address, weight, broker node),
   // pins and tunables. Nodes cannot be removed while running (their queues would move): such a

@@ -58,18 +58,18 @@ std::optional<NodeStatus> Control::node(std::string_view name) const {
   return status_of(*i);
 }
 
-std::optional<OpError> Control::set_admin_state(std::string_view name, std::string_view state) {
+OpResult Control::set_admin_state(std::string_view name, std::string_view state) {
   std::optional<NodeIndex> i = node_index(name);
   if (!i) {
-    return OpError{404, "no node named \"" + std::string(name) + "\"; nodes are: " + node_names()};
+    return refuse(404, "no node named \"" + std::string(name) + "\"; nodes are: " + node_names());
   }
   std::optional<AdminState> a = parse_admin_state(state);
   if (!a) {
-    return OpError{400, "admin state must be \"up\", \"drain\" or \"maintenance\", not \"" +
-                            std::string(state) + "\""};
+    return refuse(400, "admin state must be \"up\", \"drain\" or \"maintenance\", not \"" +
+                           std::string(state) + "\"");
   }
   NodeRuntime& n = *nodes_[*i];
-  if (n.admin == *a) return std::nullopt;
+  if (n.admin == *a) return {};
   log_event(LogLevel::kInfo, "node_admin_state",
             {{"node", config_.nodes[*i].name},
              {"from", admin_state_name(n.admin)},
@@ -77,7 +77,7 @@ std::optional<OpError> Control::set_admin_state(std::string_view name, std::stri
   n.admin = *a;
   ++counters_->admin_changes;
   broadcast_node(*i);
-  return std::nullopt;
+  return {};
 }
 
 // ---- health -----------------------------------------------------------------------------------

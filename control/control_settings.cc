@@ -127,12 +127,12 @@ Result<> Control::apply_live(std::string_view key, uint64_t value) {
   return {};
 }
 
-std::optional<OpError> Control::set_setting(std::string_view key, std::string_view value) {
+OpResult Control::set_setting(std::string_view key, std::string_view value) {
   const std::string k(key);
   if (!setting(key)) {
-    return OpError{404, "no setting named \"" + k + "\"; settings are: " + keys_list()};
+    return refuse(404, "no setting named \"" + k + "\"; settings are: " + keys_list());
   }
-  auto bad = [&](const std::string& why) { return OpError{400, k + ": " + why}; };
+  auto bad = [&](const std::string& why) { return refuse(400, k + ": " + why); };
   if (key == "log_level") {
     std::optional<LogLevel> l = parse_log_level(value);
     if (!l) return bad("must be \"debug\", \"info\", \"warn\" or \"error\"");
@@ -162,7 +162,7 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
     if (key == "health.rise") h.rise = *v;
     if (key == "health.fall") h.fall = *v;
     if (Result<> r = check_health_params(h.interval_ms, h.timeout_ms, h.rise, h.fall); !r) {
-      return OpError{400, r.error().message};
+      return refuse(400, r.error().message);
     }
     config_.health = h;
     for (auto& n : nodes_)
@@ -173,7 +173,7 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
       return bad("must be a whole number from " + std::to_string(live->min) + " to " +
                  std::to_string(live->max) + ", not \"" + std::string(value) + "\"");
     }
-    if (Result<> r = apply_live(key, *v); !r) return OpError{400, r.error().message};
+    if (Result<> r = apply_live(key, *v); !r) return refuse(400, r.error().message);
   } else {  // feed.rabbitmq.*
     std::optional<uint32_t> v = parse_whole<uint32_t>(value);
     if (!v) return bad("must be a whole number, not \"" + std::string(value) + "\"");
@@ -186,13 +186,13 @@ std::optional<OpError> Control::set_setting(std::string_view key, std::string_vi
     for (size_t at = why.find("health."); at != std::string::npos; at = why.find("health.")) {
       why.replace(at, 7, "feed.rabbitmq.");
     }
-    if (!why.empty()) return OpError{400, why};
+    if (!why.empty()) return refuse(400, why);
     config_.rabbitmq_feed.interval_ms = interval;
     config_.rabbitmq_feed.timeout_ms = timeout;
   }
   ++counters_->settings_changes;
   log_event(LogLevel::kInfo, "setting_changed", {{"key", k}, {"value", *setting(key)}});
-  return std::nullopt;
+  return {};
 }
 
 void Control::reload_failed(std::string_view why) {

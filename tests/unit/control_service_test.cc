@@ -28,6 +28,11 @@ std::vector<std::string> reload_ok(Control& c, const GatewayConfig& next) {
 
 using namespace std::chrono_literals;
 
+// An admin operation's refusal as "STATUS message", or "" when it was applied.
+std::string op_error(const OpResult& r) {
+  return r ? std::string() : std::to_string(r.error().status) + " " + r.error().message;
+}
+
 class ControlTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -84,7 +89,7 @@ TEST_F(ControlTest, PinReachesEveryWorkersReplica) {
   Control::Worker w0 = c.attach_worker(), w1 = c.attach_worker();
   c.start();
   PinRequest p{"/", "orders", "n1"};
-  ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
+  ASSERT_EQ(op_error(c.pin({&p, 1})), "");
   ASSERT_TRUE(run_until([&] {
     drain(w0);
     drain(w1);
@@ -260,18 +265,18 @@ TEST_F(ControlTest, AdminStateChangesReachWorkersAndRefuseBadInput) {
   ASSERT_EQ(error_of(c.load_state()), "");
   Control::Worker w = c.attach_worker();
   c.start();
-  EXPECT_EQ(c.set_admin_state("n0", "drain"), std::nullopt);
+  EXPECT_EQ(op_error(c.set_admin_state("n0", "drain")), "");
   ASSERT_TRUE(run_until([&] {
     drain(w);
     return w.replica->node_admin(0) == AdminState::kDrain;
   }));
-  std::optional<OpError> e = c.set_admin_state("n9", "drain");
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->status, 404u);
-  EXPECT_NE(e->message.find("no node named \"n9\"; nodes are: n0, n1"), std::string::npos);
+  OpResult e = c.set_admin_state("n9", "drain");
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().status, 404u);
+  EXPECT_NE(e.error().message.find("no node named \"n9\"; nodes are: n0, n1"), std::string::npos);
   e = c.set_admin_state("n0", "sleep");
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->status, 400u);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().status, 400u);
   EXPECT_EQ(c.node("n0")->admin, AdminState::kDrain);
 }
 
@@ -279,17 +284,18 @@ TEST_F(ControlTest, PinBatchIsAllOrNothing) {
   Control& c = make();
   ASSERT_EQ(error_of(c.load_state()), "");
   std::vector<PinRequest> batch = {{"/", "a", "n0"}, {"/", "b", "nope"}};
-  std::optional<OpError> e = c.pin(batch);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->status, 404u);
-  EXPECT_NE(e->message.find("pins[1]: no node named \"nope\""), std::string::npos) << e->message;
+  OpResult e = c.pin(batch);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().status, 404u);
+  EXPECT_NE(e.error().message.find("pins[1]: no node named \"nope\""), std::string::npos)
+      << e.error().message;
   EXPECT_FALSE(c.queue("/", "a").owner.has_value());
   batch = {{"/", std::string(256, 'q'), "n0"}};
   e = c.pin(batch);
-  ASSERT_TRUE(e);
-  EXPECT_NE(e->message.find("longer than 255"), std::string::npos) << e->message;
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("longer than 255"), std::string::npos) << e.error().message;
   batch = {{"", "q", "n0"}};
-  EXPECT_TRUE(c.pin(batch).has_value());
+  EXPECT_FALSE(c.pin(batch));
 }
 
 TEST_F(ControlTest, PinsBeyondQueuesMaxAreRefused) {
@@ -297,14 +303,14 @@ TEST_F(ControlTest, PinsBeyondQueuesMaxAreRefused) {
   Control& c = make();
   ASSERT_EQ(error_of(c.load_state()), "");
   std::vector<PinRequest> batch = {{"/", "a", "n0"}, {"/", "b", "n0"}, {"/", "c", "n0"}};
-  ASSERT_EQ(c.pin(batch), std::nullopt);
+  ASSERT_EQ(op_error(c.pin(batch)), "");
   batch = {{"/", "a", "n1"}};
-  EXPECT_EQ(c.pin(batch), std::nullopt) << "re-pinning a recorded queue takes no room";
+  EXPECT_EQ(op_error(c.pin(batch)), "") << "re-pinning a recorded queue takes no room";
   batch = {{"/", "d", "n1"}};
-  std::optional<OpError> e = c.pin(batch);
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->status, 507u);
-  EXPECT_NE(e->message.find("limits.queues_max (3"), std::string::npos) << e->message;
+  OpResult e = c.pin(batch);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().status, 507u);
+  EXPECT_NE(e.error().message.find("limits.queues_max (3"), std::string::npos) << e.error().message;
 }
 
 TEST_F(ControlTest, UnpinFallsBackToTheLearnedOwner) {
@@ -317,7 +323,7 @@ TEST_F(ControlTest, UnpinFallsBackToTheLearnedOwner) {
   poll.queues = {LearnedQueue{"/", "q", "rabbit@n1"}};
   c.on_feed(poll);
   PinRequest p{"/", "q", "n0"};
-  ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
+  ASSERT_EQ(op_error(c.pin({&p, 1})), "");
   EXPECT_EQ(c.queue("/", "q").owner->source, OwnerSource::kPinned);
   EXPECT_TRUE(c.unpin("/", "q"));
   EXPECT_FALSE(c.unpin("/", "q"));
@@ -369,33 +375,34 @@ TEST_F(ControlTest, FeedLearnsForgetsAndKeepsStateWhenAPollFails) {
 TEST_F(ControlTest, SettingsChangeAtRunTimeAndRefuseBadValues) {
   Control& c = make();
   ASSERT_EQ(error_of(c.load_state()), "");
-  EXPECT_EQ(c.set_setting("log_level", "debug"), std::nullopt);
+  EXPECT_EQ(op_error(c.set_setting("log_level", "debug")), "");
   EXPECT_EQ(log_level(), LogLevel::kDebug);
   EXPECT_EQ(c.setting("log_level"), "debug");
-  EXPECT_EQ(c.set_setting("health.fall", "5"), std::nullopt);
+  EXPECT_EQ(op_error(c.set_setting("health.fall", "5")), "");
   EXPECT_EQ(c.setting("health.fall"), "5");
-  std::optional<OpError> e = c.set_setting("health.timeout_ms", "5000000");
-  ASSERT_TRUE(e);
-  EXPECT_NE(e->message.find("health.timeout_ms: must be between 10 and 3600000"), std::string::npos)
-      << e->message;
-  e = c.set_setting("health.timeout_ms", "3600000");
-  ASSERT_TRUE(e);
-  EXPECT_NE(e->message.find("must be less than health.interval_ms"), std::string::npos);
-  e = c.set_setting("health.rise", "two");
-  ASSERT_TRUE(e);
-  EXPECT_NE(e->message.find("whole number"), std::string::npos);
-  e = c.set_setting("feed.rabbitmq.timeout_ms", "9000");
-  ASSERT_TRUE(e);
-  EXPECT_NE(e->message.find("feed.rabbitmq.timeout_ms: must be less than feed.rabbitmq."),
+  OpResult e = c.set_setting("health.timeout_ms", "5000000");
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("health.timeout_ms: must be between 10 and 3600000"),
             std::string::npos)
-      << e->message;
+      << e.error().message;
+  e = c.set_setting("health.timeout_ms", "3600000");
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("must be less than health.interval_ms"), std::string::npos);
+  e = c.set_setting("health.rise", "two");
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("whole number"), std::string::npos);
+  e = c.set_setting("feed.rabbitmq.timeout_ms", "9000");
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("feed.rabbitmq.timeout_ms: must be less than feed.rabbitmq."),
+            std::string::npos)
+      << e.error().message;
   e = c.set_setting("health.probe", "stomp");
-  ASSERT_TRUE(e) << "no passcode file configured";
+  ASSERT_FALSE(e) << "no passcode file configured";
   e = c.set_setting("nonsense", "1");
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->status, 404u);
-  EXPECT_NE(e->message.find("settings are: log_level"), std::string::npos);
-  EXPECT_EQ(c.set_setting("placement.policy", "least-queues"), std::nullopt);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().status, 404u);
+  EXPECT_NE(e.error().message.find("settings are: log_level"), std::string::npos);
+  EXPECT_EQ(op_error(c.set_setting("placement.policy", "least-queues")), "");
   EXPECT_EQ(c.config().placement, PlacementPolicy::kLeastQueues);
   set_log_level(LogLevel::kInfo);
 }
@@ -412,7 +419,7 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   ASSERT_EQ(error_of(c.load_state()), "");
   EXPECT_EQ(c.setting("limits.sessions_max"), "100");
   // Without a hook (no engine) a value is only recorded.
-  EXPECT_EQ(c.set_setting("limits.connect_timeout_ms", "1500"), std::nullopt);
+  EXPECT_EQ(op_error(c.set_setting("limits.connect_timeout_ms", "1500")), "");
   EXPECT_EQ(c.config().connect_timeout_ms, 1'500u);
 
   std::vector<Control::LiveSettings> seen;
@@ -421,7 +428,7 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
     if (l.sessions_max > 100) return failure("limits.sessions_max: above 100");
     return {};
   });
-  EXPECT_EQ(c.set_setting("limits.sessions_max", "40"), std::nullopt);
+  EXPECT_EQ(op_error(c.set_setting("limits.sessions_max", "40")), "");
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].sessions_max, 40u);
   EXPECT_EQ(seen[0].sessions_per_source_max, 10u);
@@ -432,51 +439,51 @@ TEST_F(ControlTest, LiveSettingsGoThroughTheHookAtRunTimeAndOnReload) {
   EXPECT_EQ(c.setting("limits.sessions_max"), "40");
 
   // The spill log's per-queue limits (beyond 32 bits) and the drainer's rate (0: no limit).
-  EXPECT_EQ(c.set_setting("spill.queue_bytes_max", "1099511627776"), std::nullopt);
+  EXPECT_EQ(op_error(c.set_setting("spill.queue_bytes_max", "1099511627776")), "");
   EXPECT_EQ(seen.back().spill_queue_bytes_max, 1ull << 40);
   EXPECT_EQ(c.config().spill.queue_bytes_max, 1ull << 40);
-  EXPECT_EQ(c.set_setting("spill.queue_messages_max", "2000000"), std::nullopt);
-  EXPECT_EQ(c.set_setting("drain.rate_per_second", "250"), std::nullopt);
+  EXPECT_EQ(op_error(c.set_setting("spill.queue_messages_max", "2000000")), "");
+  EXPECT_EQ(op_error(c.set_setting("drain.rate_per_second", "250")), "");
   EXPECT_EQ(seen.back().drain_rate_per_second, 250u);
   EXPECT_EQ(seen.back().spill_queue_messages_max, 2'000'000u);
   EXPECT_EQ(c.setting("drain.rate_per_second"), "250");
-  EXPECT_EQ(c.set_setting("drain.rate_per_second", "0"), std::nullopt);
-  EXPECT_TRUE(c.set_setting("drain.rate_per_second", "10000001"));
-  EXPECT_TRUE(c.set_setting("spill.queue_messages_max", "0"));
+  EXPECT_EQ(op_error(c.set_setting("drain.rate_per_second", "0")), "");
+  EXPECT_FALSE(c.set_setting("drain.rate_per_second", "10000001"));
+  EXPECT_FALSE(c.set_setting("spill.queue_messages_max", "0"));
   // spill.max_bytes: at least two segments, checked before the hook.
   const uint64_t segment = config_.spill.segment_bytes;
-  EXPECT_EQ(c.set_setting("spill.max_bytes", std::to_string(5 * segment)), std::nullopt);
+  EXPECT_EQ(op_error(c.set_setting("spill.max_bytes", std::to_string(5 * segment))), "");
   EXPECT_EQ(seen.back().spill_max_bytes, 5 * segment);
   EXPECT_EQ(c.config().spill.max_bytes, 5 * segment);
   EXPECT_EQ(c.setting("spill.max_bytes"), std::to_string(5 * segment));
   {
     const size_t before = seen.size();
-    std::optional<OpError> small =
-        c.set_setting("spill.max_bytes", std::to_string(2 * segment - 1));
-    ASSERT_TRUE(small);
-    EXPECT_EQ(small->status, 400u);
-    EXPECT_NE(small->message.find("at least two segments"), std::string::npos) << small->message;
+    OpResult small = c.set_setting("spill.max_bytes", std::to_string(2 * segment - 1));
+    ASSERT_FALSE(small);
+    EXPECT_EQ(small.error().status, 400u);
+    EXPECT_NE(small.error().message.find("at least two segments"), std::string::npos)
+        << small.error().message;
     EXPECT_EQ(seen.size(), before);
     EXPECT_EQ(c.config().spill.max_bytes, 5 * segment);
   }
 
   // Refused by the hook: 400 with its reason, nothing recorded.
-  std::optional<OpError> e = c.set_setting("limits.sessions_max", "101");
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->status, 400u);
-  EXPECT_EQ(e->message, "limits.sessions_max: above 100");
+  OpResult e = c.set_setting("limits.sessions_max", "101");
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().status, 400u);
+  EXPECT_EQ(e.error().message, "limits.sessions_max: above 100");
   EXPECT_EQ(c.setting("limits.sessions_max"), "40");
   // Out of the config file's range, or not a number: refused before the hook.
   const size_t calls = seen.size();
   for (const char* bad : {"0", "1000001", "-1", "many", ""}) {
     e = c.set_setting("limits.sessions_per_source_max", bad);
-    ASSERT_TRUE(e) << bad;
-    EXPECT_NE(e->message.find("must be a whole number from 1 to 1000000"), std::string::npos)
-        << e->message;
+    ASSERT_FALSE(e) << bad;
+    EXPECT_NE(e.error().message.find("must be a whole number from 1 to 1000000"), std::string::npos)
+        << e.error().message;
   }
   e = c.set_setting("limits.connect_timeout_ms", "600001");
-  ASSERT_TRUE(e);
-  EXPECT_NE(e->message.find("from 1 to 600000"), std::string::npos) << e->message;
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("from 1 to 600000"), std::string::npos) << e.error().message;
   EXPECT_EQ(seen.size(), calls);
 
   // A reload: each changed setting goes to the hook; the one refused needs a restart, the
@@ -559,7 +566,7 @@ TEST_F(ControlTest, ReloadDropsAConfigPinOnlyIfUnchanged) {
   Control& c = make();
   ASSERT_EQ(error_of(c.load_state()), "");
   PinRequest p{"/", "b", "n1"};  // the operator moved b through the API
-  ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
+  ASSERT_EQ(op_error(c.pin({&p, 1})), "");
   GatewayConfig next = config_;
   next.pins.clear();
   reload_ok(c, next);
@@ -574,7 +581,7 @@ TEST_F(ControlTest, PinsAndPlacementsSurviveARestart) {
     Control::Worker w = c.attach_worker();
     c.start();
     PinRequest p{"/", "pinned", "n1"};
-    ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
+    ASSERT_EQ(op_error(c.pin({&p, 1})), "");
     Placed m;
     (void)m.key.assign("/", "placed");
     m.node = 0;
@@ -594,7 +601,7 @@ TEST_F(ControlTest, StateFileIsWrittenSoonAfterAChangeWhileRunning) {
   ASSERT_EQ(error_of(c.load_state()), "");
   c.start();
   PinRequest p{"/", "kept", "n1"};
-  ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
+  ASSERT_EQ(op_error(c.pin({&p, 1})), "");
   auto file_has_pin = [&] {
     std::ifstream in(dir_ + "/ownership");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -613,7 +620,7 @@ TEST_F(ControlTest, AFailedStateWriteIsLoggedCountedAndKeepsTheTable) {
   // The directory disappears under the running daemon: the write fails, the table stays.
   std::filesystem::remove_all(dir_);
   PinRequest p{"/", "q", "n0"};
-  ASSERT_EQ(c.pin({&p, 1}), std::nullopt);
+  ASSERT_EQ(op_error(c.pin({&p, 1})), "");
   ASSERT_TRUE(run_until([&] { return log_.find("event=state_save_failed") != std::string::npos; }));
   EXPECT_NE(c.metrics_text().find("sluice_state_saves_total{result=\"failed\"} 1"),
             std::string::npos);
