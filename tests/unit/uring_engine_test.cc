@@ -589,6 +589,10 @@ const std::string kSubscribe =
 const std::string kOwnerConnected =
     frame("CONNECTED", {{"version", "1.2"}, {"server", "owner/1"}, {"heart-beat", "0,0"}});
 const std::string kReceipt = frame("RECEIPT", {{"receipt-id", "r1"}});
+// A CONNECT whose login FakeHooks leaves pending.
+const std::string kLaterConnect =
+    frame("CONNECT",
+          {{"accept-version", "1.2"}, {"host", "/"}, {"login", kLaterLogin}, {"passcode", "pw"}});
 
 // Every case runs in both splice modes (splice(2) on the worker thread and IORING_OP_SPLICE),
 // and in the first with every idle spliced session parked (EngineOptions::park_sessions_above 0),
@@ -675,10 +679,25 @@ class UringEngineTest : public ::testing::TestWithParam<Mode> {
   }
 
   // The engine started, the route set to spill, and a new client past CONNECTED.
-  void start_spilling(Conn* c) {
+  void start_spilling(Conn* c, const std::string& connect = kConnect) {
     ASSERT_NO_FATAL_FAILURE(start_engine());
     router_.set_spill();
-    ASSERT_NO_FATAL_FAILURE(connect_client(c));
+    ASSERT_NO_FATAL_FAILURE(connect_client(c, connect));
+  }
+
+  // The engine started, the route set to spill, and a client past CONNECTED with kLaterConnect
+  // that has sent kSend: its login waits in FakeHooks for the test's answer.
+  void start_with_login_pending(Conn* c) {
+    ASSERT_NO_FATAL_FAILURE(start_spilling(c, kLaterConnect));
+    ASSERT_TRUE(c->send_all(kSend));
+    ASSERT_TRUE(wait_until(kWait, [&] { return hooks_.pending() == 1; }));
+  }
+
+  // The next frame `c` reads is kReceipt.
+  static void expect_receipt(Conn& c, std::string_view who) {
+    std::optional<std::string> receipt = c.read_frame();
+    ASSERT_TRUE(receipt) << who << " got: " << c.buffer();
+    EXPECT_EQ(*receipt, kReceipt) << who;
   }
 
   // The engine started; a new client past CONNECTED sends `first` with the route set to the
@@ -1950,41 +1969,25 @@ TEST_P(UringEngineTest, SpillRefusesBadCredentialsAndAcl) {
   EXPECT_TRUE(sink_.records().empty());
 }
 
-const std::string kLaterConnect =
-    frame("CONNECT",
-          {{"accept-version", "1.2"}, {"host", "/"}, {"login", kLaterLogin}, {"passcode", "pw"}});
-
 // A login checked elsewhere holds its own session only: another spill session of the same
 // worker logs in, sends and gets its receipt meanwhile; the first goes on once answered.
 TEST_P(UringEngineTest, SpillLoginCheckedLaterHoldsOnlyItsOwnSession) {
   Conn a;
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
-  ASSERT_NO_FATAL_FAILURE(connect_client(&a, kLaterConnect));
-  ASSERT_TRUE(a.send_all(kSend));
-  ASSERT_TRUE(wait_until(kWait, [&] { return hooks_.pending() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(start_with_login_pending(&a));
   Conn b;
   ASSERT_NO_FATAL_FAILURE(connect_client(&b));
   ASSERT_TRUE(b.send_all(kSend));
-  std::optional<std::string> receipt_b = b.read_frame();
-  ASSERT_TRUE(receipt_b) << "client b got: " << b.buffer();
-  EXPECT_EQ(*receipt_b, kReceipt);
+  ASSERT_NO_FATAL_FAILURE(expect_receipt(b, "client b"));
   ASSERT_EQ(sink_.records().size(), 1u) << "a's SEND went to the spill log before its login";
   EXPECT_EQ(hooks_.pending(), 1u);
   ASSERT_TRUE(hooks_.answer_oldest(true));
-  std::optional<std::string> receipt_a = a.read_frame();
-  ASSERT_TRUE(receipt_a) << "client a got: " << a.buffer();
-  EXPECT_EQ(*receipt_a, kReceipt);
+  ASSERT_NO_FATAL_FAILURE(expect_receipt(a, "client a"));
   EXPECT_EQ(sink_.records().size(), 2u);
 }
 
 TEST_P(UringEngineTest, SpillLoginRefusedLaterGetsAuthenticationError) {
   Conn a;
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
-  ASSERT_NO_FATAL_FAILURE(connect_client(&a, kLaterConnect));
-  ASSERT_TRUE(a.send_all(kSend));
-  ASSERT_TRUE(wait_until(kWait, [&] { return hooks_.pending() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(start_with_login_pending(&a));
   ASSERT_TRUE(hooks_.answer_oldest(false));
   ASSERT_NO_FATAL_FAILURE(expect_error_then_eof(a, "authentication failed"));
   EXPECT_TRUE(sink_.records().empty());
@@ -1995,11 +1998,7 @@ TEST_P(UringEngineTest, SpillLoginRefusedLaterGetsAuthenticationError) {
 // another session by then: the ticket's generation is not that session's.
 TEST_P(UringEngineTest, SpillLoginAnswerOfAnotherGenerationIsDropped) {
   Conn a;
-  ASSERT_NO_FATAL_FAILURE(start_engine());
-  router_.set_spill();
-  ASSERT_NO_FATAL_FAILURE(connect_client(&a, kLaterConnect));
-  ASSERT_TRUE(a.send_all(kSend));
-  ASSERT_TRUE(wait_until(kWait, [&] { return hooks_.pending() == 1; }));
+  ASSERT_NO_FATAL_FAILURE(start_with_login_pending(&a));
   ASSERT_TRUE(hooks_.answer_stale(true));
   // A round trip of another session on the same worker: the stale answer has been read by then.
   Conn b;
@@ -2009,9 +2008,7 @@ TEST_P(UringEngineTest, SpillLoginAnswerOfAnotherGenerationIsDropped) {
   ASSERT_TRUE(receipt_b) << "client b got: " << b.buffer();
   EXPECT_EQ(sink_.records().size(), 1u) << "the stale answer let a's SEND through";
   ASSERT_TRUE(hooks_.answer_oldest(true));
-  std::optional<std::string> receipt_a = a.read_frame();
-  ASSERT_TRUE(receipt_a) << "client a got: " << a.buffer();
-  EXPECT_EQ(*receipt_a, kReceipt);
+  ASSERT_NO_FATAL_FAILURE(expect_receipt(a, "client a"));
   EXPECT_EQ(sink_.records().size(), 2u);
 }
 
