@@ -1,8 +1,7 @@
-// Private to queue/: the state behind SpillLog, shared by spill_log.cc (open, read side) and
-// spill_thread.cc (the spill thread's loop). LogState's fields SLUICE_GUARDED_BY(mu) and those
-// of QueueState and SegmentState marked "mu" are guarded by LogState::mu (clang's
-// -Wthread-safety checks the first); the others belong to the spill thread alone (or to open()
-// before it starts).
+// Private to queue/: the state behind SpillLog. LogState owns the spill thread (spill_thread.cc,
+// spill_space.cc) and what only it touches; its LogIndex is the part shared with the read side,
+// guarded by the index's mutex. spill_log.cc opens it: recovery into the index, then what the
+// writes need.
 #pragma once
 
 #include <liburing.h>
@@ -11,30 +10,21 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "base/fd.h"
-#include "base/mutex.h"
+#include "base/result.h"
 #include "queue/cursor_file.h"
+#include "queue/log_index.h"
 #include "queue/segment_file.h"
 #include "queue/spill_log.h"
 
 namespace sluice::queue {
-
-struct SegmentFile {
-  uint64_t number = 0;
-  std::string path;
-  int fd = -1;         // buffered: readers, recovery, and writes when direct_fd is -1
-  int direct_fd = -1;  // O_DIRECT, write-only: the spill thread's batches (SpillOptions::direct_io)
-  ~SegmentFile();
-};
 
 // O_DIRECT writes are aligned to this (offset, length and memory); it covers every logical
 // block size in use (512 and 4096).
@@ -44,168 +34,6 @@ inline constexpr uint64_t kDirectBlockBytes = 4096;
 inline AppendStatus status_of_errno(int e) {
   return (e == ENOSPC || e == EDQUOT) ? AppendStatus::kDiskFull : AppendStatus::kDiskError;
 }
-
-struct SegmentState {
-  std::shared_ptr<SegmentFile> file;  // mu (readers copy it)
-  uint64_t live = 0;                  // mu: durable, undelivered messages in it
-  uint64_t messages = 0;              // durable message records
-  uint64_t placed = 0;                // message records durable, in flight or batched (seal)
-  uint64_t last_seq = 0;
-  uint64_t durable_end = 0;  // bytes known durable
-  uint64_t write_end = 0;    // bytes written or being written
-  uint64_t disk_bytes = 0;
-  bool sealed = false;
-  bool sealing = false;     // a batch carrying its seal is in flight
-  uint64_t delete_gen = 0;  // delete once the cursor file of this generation is written
-};
-
-struct Entry {
-  uint64_t seq;
-  uint64_t append_unix_ns;
-  uint64_t segment;
-  uint32_t offset;
-  uint32_t bytes;
-};
-
-using EntryChunk = std::unique_ptr<Entry[]>;
-inline constexpr size_t kEntryChunkEntries = 256;  // 8 KiB
-
-// Spare backlog chunks shared by every queue (LogState::mu). A chunk a backlog no longer needs
-// comes back here, and the spill thread tops the spares up, each page touched, while the disk
-// works (LogState::top_up_chunks). So adding a batch's messages to their backlogs takes no page
-// fault between a write's completion and the next write. Taking fresh chunks there cost one
-// batch in ten 230-300 us in spill_bench (16 queues crossing into new chunks together: about
-// 13 faults of some 18 us each on the development VM).
-class EntryChunks {
- public:
-  static constexpr size_t kTopUp = 32;     // spares after each top_up
-  static constexpr size_t kKeepMax = 128;  // more returned chunks than this are freed
-
-  // A new chunk, its pages not touched yet.
-  static EntryChunk make() { return std::make_unique_for_overwrite<Entry[]>(kEntryChunkEntries); }
-  EntryChunk take() {
-    if (spares_.empty()) return make();
-    EntryChunk c = std::move(spares_.back());
-    spares_.pop_back();
-    return c;
-  }
-  void give(EntryChunk c) {
-    if (c && spares_.size() < kKeepMax) spares_.push_back(std::move(c));
-  }
-  size_t spares() const { return spares_.size(); }
-  // Chunks to add for kTopUp spares; make them with fresh() outside the lock, then add().
-  size_t missing() const { return spares_.size() < kTopUp ? kTopUp - spares_.size() : 0; }
-  // A new chunk, zeroed: every page touched.
-  static EntryChunk fresh() { return std::make_unique<Entry[]>(kEntryChunkEntries); }
-  void add(std::vector<EntryChunk>& fresh) {
-    for (EntryChunk& c : fresh)
-      give(std::move(c));
-    fresh.clear();
-  }
-
- private:
-  std::vector<EntryChunk> spares_;
-};
-
-// A queue's backlog: a FIFO of entries in fixed 8 KiB chunks (appends at the back, deliveries
-// from the front, binary search by seq for readers). Growing never moves an entry: a backlog
-// kept in one vector copied itself whenever it doubled, on the spill thread, between a batch's
-// completion and the next write (up to 25 ms with 16 queues of some 100,000 entries each).
-// Chunks come from, and go back to, `pool` when one is set (the log's EntryChunks).
-class EntryFifo {
- public:
-  static constexpr size_t kChunkEntries = kEntryChunkEntries;
-
-  explicit EntryFifo(EntryChunks* pool = nullptr) : pool_(pool) {}
-  EntryFifo(const EntryFifo&) = delete;
-  EntryFifo& operator=(const EntryFifo&) = delete;
-
-  bool empty() const { return size_ == 0; }
-  size_t size() const { return size_; }
-  const Entry& operator[](size_t i) const {
-    const size_t j = head_ + i;
-    return chunks_[j / kChunkEntries][j % kChunkEntries];
-  }
-  const Entry& front() const { return chunks_.front()[head_]; }
-  void push_back(const Entry& e) {
-    const size_t j = head_ + size_;
-    if (j == chunks_.size() * kChunkEntries) chunks_.push_back(take_chunk());
-    chunks_[j / kChunkEntries][j % kChunkEntries] = e;
-    ++size_;
-  }
-  void pop_front() {
-    --size_;
-    if (++head_ < kChunkEntries && size_ > 0) return;
-    // The front chunk is used up: keep it for the next push while entries remain; an empty
-    // backlog holds no memory.
-    EntryChunk used = std::move(chunks_.front());
-    chunks_.pop_front();
-    head_ = 0;
-    if (size_ > 0 && !spare_) {
-      spare_ = std::move(used);
-      return;
-    }
-    release(std::move(used));
-    if (size_ == 0) release(std::move(spare_));
-  }
-  // The index of the first entry whose seq is greater than `seq` (size() if none).
-  size_t upper_bound(uint64_t seq) const {
-    size_t lo = 0, n = size_;
-    while (n > 0) {
-      const size_t half = n / 2;
-      if ((*this)[lo + half].seq <= seq) {
-        lo += half + 1;
-        n -= half + 1;
-      } else {
-        n = half;
-      }
-    }
-    return lo;
-  }
-  // Chunks held, spare included (tests).
-  size_t chunks_held() const { return chunks_.size() + (spare_ ? 1 : 0); }
-
- private:
-  EntryChunk take_chunk() {
-    if (spare_) return std::move(spare_);
-    return pool_ ? pool_->take() : EntryChunks::make();
-  }
-  void release(EntryChunk c) {
-    if (pool_) pool_->give(std::move(c));
-  }
-  EntryChunks* pool_;
-  std::deque<EntryChunk> chunks_;  // chunks_[0] holds the front entry at head_
-  EntryChunk spare_;
-  size_t head_ = 0;
-  size_t size_ = 0;
-};
-
-struct QueueState {
-  explicit QueueState(EntryChunks* pool) : backlog(pool) {}
-  std::string vhost;
-  std::string queue;
-  EntryFifo backlog;                 // mu: durable, undelivered, by seq
-  uint64_t backlog_bytes = 0;        // mu
-  uint64_t pending = 0;              // mu: accepted, not yet durable
-  uint64_t pending_bytes = 0;        // mu
-  uint64_t cursor = 0;               // mu: delivered or dropped up to here
-  uint64_t delivered_req = 0;        // mu: asked by mark_delivered, applied by the spill thread
-  bool delivered_dirty = false;      // mu
-  uint64_t defined_in = UINT64_MAX;  // segment whose written/batched bytes define this queue
-  uint64_t last_segment = 0;         // newest segment holding one of its messages
-  bool nonempty = false;             // as last reported to on_backlog
-};
-
-struct BatchEntry {
-  uint32_t producer;
-  AppendStatus status;
-  uint32_t queue;
-  uint64_t token;
-  uint64_t seq;
-  uint64_t append_unix_ns;
-  uint32_t offset;
-  uint32_t bytes;
-};
 
 // Records are laid out from data(). A direct batch starts at the block holding file_offset:
 // the `lead` bytes before data() repeat what that block already holds on disk, and the write
@@ -269,121 +97,130 @@ class CursorWriter {
   std::thread thread_;
 };
 
-struct LogState {
+class LogState {
+ public:
   LogState(SpillLog& log, SpillOptions opts);
   ~LogState();
+  LogState(const LogState&) = delete;
+  LogState& operator=(const LogState&) = delete;
 
-  SpillLog& log;
-  SpillOptions opt;
-  SpillMetrics& metrics;
-  // opt.queue_messages_max and opt.queue_bytes_max as they are now (SpillLog::set_queue_limits,
-  // any thread); the spill thread reads them at each append.
-  std::atomic<uint64_t> queue_messages_max;
-  std::atomic<uint64_t> queue_bytes_max;
-  // opt.max_bytes as it is now (SpillLog::set_max_bytes, any thread); read where a segment is
-  // created or prepared.
-  std::atomic<uint64_t> max_bytes;
-  bool segment_fits() const {
-    return metrics.disk_bytes.load(std::memory_order_relaxed) + opt.segment_bytes <=
-           max_bytes.load(std::memory_order_relaxed);
-  }
-  base::Fd lock_fd;  // holds the flock on DIR/lock
-  base::Fd dir_fd;   // fsynced after a segment is created
+  // SpillLog::open, in this order. Takes the spill directory and recovers it into the index.
+  Result<> recover(RecoveryReport* report);
+  // The ring, the batch buffers and the helper threads; `wake` wakes the spill thread.
+  Result<> prepare_writes(const std::function<void()>& wake);
 
-  mutable base::Mutex mu;
-  EntryChunks chunks SLUICE_GUARDED_BY(mu);  // spare backlog chunks
-  std::vector<EntryChunk> fresh_chunks;      // spill thread: top_up_chunks' scratch
-  std::unordered_map<std::string, uint32_t> ids SLUICE_GUARDED_BY(mu);    // key -> queues index
-  std::vector<std::unique_ptr<QueueState>> queues SLUICE_GUARDED_BY(mu);  // null once pruned
-  std::map<uint64_t, SegmentState> segments SLUICE_GUARDED_BY(mu);
-  std::vector<uint32_t> delivered_list SLUICE_GUARDED_BY(mu);  // queues with delivered_dirty
-  std::string key SLUICE_GUARDED_BY(mu);                       // scratch for lookups
+  void start();
+  // Producers have stopped: writes what is queued, answers every append and joins the thread.
+  void stop();
+  void sync();
 
-  uint64_t next_seq = 1;
-  uint64_t next_segment = 1;
-  uint64_t active = 0;  // segment receiving appends; 0 = none yet
-  uint64_t cursor_gen = 0;
-  bool cursor_dirty = false;
-  uint64_t cursor_submitted_gen = 0;
-  std::unique_ptr<CursorWriter> writer;
-  std::unique_ptr<SegmentPreparer> preparer;
+  const SpillOptions& options() const { return opt_; }
+  LogIndex& index() { return index_; }
+  const LogIndex& index() const { return index_; }
+  // The live limits (SpillLog::set_queue_limits and set_max_bytes, any thread); the spill
+  // thread reads them at each append and each new segment.
+  SpillLog::QueueLimits queue_limits() const;
+  void set_queue_limits(SpillLog::QueueLimits limits);
+  uint64_t max_bytes() const { return max_bytes_.load(std::memory_order_relaxed); }
+  void set_max_bytes(uint64_t v) { max_bytes_.store(v, std::memory_order_relaxed); }
 
-  io_uring ring{};
-  bool ring_ok = false;
-  uint64_t wake_buf = 0;
-  Batch batches[2];
-  Batch* acc = &batches[0];              // accumulating
-  Batch* fly = &batches[1];              // in flight when inflight
-  std::vector<BatchEntry> done_entries;  // the batch just made durable, being answered
-  bool inflight = false;
-  bool stalled = false;  // the last pull stopped: the next batch can take nothing more
-  int write_res = 0;
-  int sync_res = 0;
-  int cqes_wanted = 0;
-  bool create_tried = false;  // one segment creation attempt per pull pass
-  AppendStatus create_status = AppendStatus::kDiskError;
-  uint64_t sync_handled = 0;
-  uint32_t pull_start = 0;
-  bool disk_error_logged = false;
-  // The active segment's last partial block as the last submitted batch left it: a direct
-  // batch repeats these bytes in front of its records.
-  uint8_t* tail_block = nullptr;  // kDirectBlockBytes, aligned
-  uint64_t tail_segment = 0;
-  uint64_t tail_end = 0;  // file offset the block's bytes end at
-  bool direct_refused_logged = false;
-  bool buffers_registered = false;  // batches[i].buf is io_uring fixed buffer i
-  std::vector<uint8_t> touched;
-  std::vector<std::pair<uint32_t, bool>> events;  // (queue, nonempty) to report after unlocking
-
-  std::thread thread;
-  std::atomic<bool> stopping{false};
-  std::mutex sync_mu;
-  std::condition_variable sync_cv;
-  uint64_t sync_req = 0;   // sync_mu
-  uint64_t sync_done = 0;  // sync_mu
-  std::atomic<uint64_t> sync_req_seen{0};
-
-  // The spill thread is the only writer of `queues` and `segments`: it changes them under mu,
-  // for the readers on other threads, and reads them without it. These are those reads (and
-  // open's, before the thread starts), where the analysis cannot know who calls.
-  QueueState& writer_queue(uint32_t qi) SLUICE_NO_THREAD_SAFETY_ANALYSIS { return *queues[qi]; }
-  SegmentState& writer_segment(uint64_t n) SLUICE_NO_THREAD_SAFETY_ANALYSIS {
-    return segments.at(n);
-  }
-
-  // Helpers shared by both files.
-  static void make_key(std::string& key, std::string_view vhost, std::string_view queue);
-  QueueState* find_queue(std::string_view vhost, std::string_view queue) const SLUICE_REQUIRES(mu);
-  uint32_t queue_index(std::string_view vhost, std::string_view queue) SLUICE_REQUIRES(mu);
-  // Queues an on_backlog event if the queue's emptiness changed.
-  void note_backlog(uint32_t q) SLUICE_REQUIRES(mu);
-  void fire_events() SLUICE_EXCLUDES(mu);
-  void log_event(LogSeverity s, std::string_view event, std::initializer_list<LogField> f);
+ private:
+  // open (spill_log.cc)
+  Result<> lock_dir();
+  void report_recovery(RecoveryReport* report);
+  void allocate_batches();
 
   // spill_thread.cc
   void run();
+  // Applies the deliveries asked so far, deletes what they free and writes the cursor file:
+  // what sync() waits for.
+  void flush_deliveries();
   bool pull();
   enum class Place : uint8_t { kDone, kStall };
   Place place(SpillProducer& p, const AppendMsg& m, uint64_t now_ns);
+  // The records place() lays out in the accumulating batch.
+  void write_seal(SegmentState& seg);
+  void write_define(const AppendMsg& m, const char* names, uint32_t qi);
+  // Returns the record's bytes; its entry is the batch's last.
+  uint64_t write_message(const AppendMsg& m, const char* payload, uint32_t qi, uint32_t producer,
+                         uint64_t now_ns);
   // Anything to do; `disk`: while a batch is written (producers count only past half full).
   bool work_available(bool disk) const;
   void fail_batches(AppendStatus st);
-  void prune_queues_locked() SLUICE_REQUIRES(mu);
-  bool apply_deliveries();
   void start_batch(SegmentState& seg);
   void submit();
   void on_batch_done(bool ok, int err);
   void complete_entries(const std::vector<BatchEntry>& entries);
   bool reap(bool wait);
-  void top_up_chunks() SLUICE_EXCLUDES(mu);  // spare backlog chunks back to EntryChunks::kTopUp
   void arm_wake();
+
+  // spill_space.cc
+  bool apply_deliveries();
   void maybe_cursors(bool force_sync);
   void maybe_delete();
-  void drop_front(QueueState& q, uint32_t qi) SLUICE_REQUIRES(mu);
+  bool segment_fits() const {
+    return metrics_.disk_bytes.load(std::memory_order_relaxed) + opt_.segment_bytes <=
+           max_bytes_.load(std::memory_order_relaxed);
+  }
   bool make_room_for_segment(AppendStatus* refusal);
   bool create_segment(AppendStatus* refusal);
-  CursorSnapshot snapshot_locked() const SLUICE_REQUIRES(mu);
-  void delete_segment_locked(std::map<uint64_t, SegmentState>::iterator it) SLUICE_REQUIRES(mu);
+  void log_event(LogSeverity s, std::string_view event, std::initializer_list<LogField> f) {
+    log_spill_event(opt_, s, event, f);
+  }
+
+  SpillLog& log_;
+  const SpillOptions opt_;
+  SpillMetrics& metrics_;
+  LogIndex index_;
+  std::atomic<uint64_t> queue_messages_max_;
+  std::atomic<uint64_t> queue_bytes_max_;
+  std::atomic<uint64_t> max_bytes_;
+  base::Fd lock_fd_;  // holds the flock on DIR/lock
+  base::Fd dir_fd_;   // fsynced after a segment is created
+
+  // The spill thread's alone (and open's, before it starts).
+  uint64_t next_seq_ = 1;
+  uint64_t next_segment_ = 1;
+  uint64_t active_ = 0;  // segment receiving appends; 0 = none yet
+  uint64_t cursor_gen_ = 0;
+  bool cursor_dirty_ = false;
+  uint64_t cursor_submitted_gen_ = 0;
+  std::unique_ptr<CursorWriter> writer_;
+  std::unique_ptr<SegmentPreparer> preparer_;
+
+  io_uring ring_{};
+  bool ring_ok_ = false;
+  uint64_t wake_buf_ = 0;
+  Batch batches_[2];
+  Batch* acc_ = &batches_[0];             // accumulating
+  Batch* fly_ = &batches_[1];             // in flight when inflight_
+  std::vector<BatchEntry> done_entries_;  // the batch just made durable, being answered
+  bool inflight_ = false;
+  bool stalled_ = false;  // the last pull stopped: the next batch can take nothing more
+  int write_res_ = 0;
+  int sync_res_ = 0;
+  int cqes_wanted_ = 0;
+  bool create_tried_ = false;  // one segment creation attempt per pull pass
+  AppendStatus create_status_ = AppendStatus::kDiskError;
+  uint64_t sync_handled_ = 0;
+  uint32_t pull_start_ = 0;
+  bool disk_error_logged_ = false;
+  // The active segment's last partial block as the last submitted batch left it: a direct
+  // batch repeats these bytes in front of its records.
+  uint8_t* tail_block_ = nullptr;  // kDirectBlockBytes, aligned
+  uint64_t tail_segment_ = 0;
+  uint64_t tail_end_ = 0;  // file offset the block's bytes end at
+  bool direct_refused_logged_ = false;
+  bool buffers_registered_ = false;  // batches_[i].buf is io_uring fixed buffer i
+  std::vector<uint8_t> touched_;
+
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_;
+  uint64_t sync_req_ = 0;   // sync_mu_
+  uint64_t sync_done_ = 0;  // sync_mu_
+  std::atomic<uint64_t> sync_req_seen_{0};
 };
 
 }  // namespace sluice::queue

@@ -21,7 +21,7 @@
 namespace sluice::queue {
 
 struct SegmentFile;  // an open segment, kept alive while a reader holds a location in it
-struct LogState;     // everything the spill thread owns (spill_log.cc)
+class LogState;      // the spill thread and the index it shares (log_state.h)
 
 // Where one durable message is. Cheap to copy; keeps its segment file open.
 struct RecordLocation {
@@ -93,8 +93,9 @@ class SpillLog {
  private:
   explicit SpillLog(SpillOptions options);
   friend class SpillProducer;
-  friend struct LogState;
+  friend class LogState;
   void wake();  // from a producer, when the spill thread sleeps
+  void kick();  // wakes the spill thread, asleep or not
 
   // What the spill thread waits for while it sleeps, so that producers wake it only when it
   // has a use for their records: when idle, any record; while a batch is being written, only a

@@ -14,7 +14,7 @@
 namespace sluice::queue {
 
 class SpillLog;
-struct LogState;
+class LogState;
 
 // The message a producer pushes for one append; the record bytes wait in the producer's arena.
 struct AppendMsg {
@@ -66,7 +66,7 @@ class SpillProducer {
 
  private:
   friend class SpillLog;
-  friend struct LogState;
+  friend class LogState;
   SpillProducer(SpillLog& log, uint32_t index, uint32_t ring_depth, uint32_t arena_bytes);
 
   SpillLog& log_;

@@ -36,130 +36,39 @@ Result<int> open_direct(const std::string& path) {
 }  // namespace
 
 bool LogState::apply_deliveries() {
-  uint64_t popped = 0;
-  {
-    base::MutexLock l(mu);
-    if (delivered_list.empty()) return false;
-    for (uint32_t qi : delivered_list) {
-      QueueState& q = *queues[qi];
-      q.delivered_dirty = false;
-      while (!q.backlog.empty() && q.backlog.front().seq <= q.delivered_req) {
-        const Entry& e = q.backlog.front();
-        --segments.at(e.segment).live;
-        q.backlog_bytes -= e.bytes;
-        // Only durable messages move the cursor: one still in flight stays undelivered.
-        q.cursor = std::max(q.cursor, e.seq);
-        q.backlog.pop_front();
-        ++popped;
-      }
-      note_backlog(qi);
-    }
-    delivered_list.clear();
+  const std::optional<uint64_t> popped = index_.apply_deliveries();
+  if (!popped) return false;
+  if (*popped) {
+    cursor_dirty_ = true;
+    metrics_.delivered.fetch_add(*popped, std::memory_order_relaxed);
+    metrics_.backlog_messages.fetch_sub(*popped, std::memory_order_relaxed);
   }
-  if (popped) {
-    cursor_dirty = true;
-    metrics.delivered.fetch_add(popped, std::memory_order_relaxed);
-    metrics.backlog_messages.fetch_sub(popped, std::memory_order_relaxed);
-  }
-  fire_events();
+  index_.fire_events();
   return true;
-}
-
-void LogState::drop_front(QueueState& q, uint32_t qi) {
-  const Entry& e = q.backlog.front();
-  --segments.at(e.segment).live;
-  q.backlog_bytes -= e.bytes;
-  q.cursor = std::max(q.cursor, e.seq);
-  q.backlog.pop_front();
-  cursor_dirty = true;
-  metrics.dropped.fetch_add(1, std::memory_order_relaxed);
-  metrics.backlog_messages.fetch_sub(1, std::memory_order_relaxed);
-  note_backlog(qi);
-}
-
-CursorSnapshot LogState::snapshot_locked() const {
-  CursorSnapshot s;
-  s.seq_high = next_seq - 1;
-  for (const auto& q : queues)
-    if (q && q->cursor > 0) s.entries.push_back({q->vhost, q->queue, q->cursor});
-  return s;
 }
 
 void LogState::maybe_cursors(bool force_sync) {
   // A forced write also covers a snapshot the writer thread has not finished yet.
-  if (force_sync && writer->persisted_gen() < cursor_submitted_gen) cursor_dirty = true;
-  if (!cursor_dirty) return;
-  if (!force_sync && writer->finished_gen() < cursor_submitted_gen) return;  // writer busy
-  CursorSnapshot s;
-  {
-    base::MutexLock l(mu);
-    s = snapshot_locked();
-  }
-  const uint64_t gen = ++cursor_gen;
-  cursor_dirty = false;
-  cursor_submitted_gen = gen;
+  if (force_sync && writer_->persisted_gen() < cursor_submitted_gen_) cursor_dirty_ = true;
+  if (!cursor_dirty_) return;
+  if (!force_sync && writer_->finished_gen() < cursor_submitted_gen_) return;  // writer busy
+  CursorSnapshot s = index_.snapshot(next_seq_ - 1);
+  const uint64_t gen = ++cursor_gen_;
+  cursor_dirty_ = false;
+  cursor_submitted_gen_ = gen;
   if (force_sync) {
-    if (!writer->write_now(s, gen))
+    if (!writer_->write_now(s, gen))
       log_event(LogSeverity::kError, "spill_cursor_write_failed",
-                {{"error", writer->last_error()}});
+                {{"error", writer_->last_error()}});
   } else {
-    writer->submit(std::move(s), gen);
-  }
-}
-
-void LogState::delete_segment_locked(std::map<uint64_t, SegmentState>::iterator it) {
-  // A file that stays (EIO, a changed mode) holds only delivered messages, but once their
-  // queues' cursors are pruned a restart would deliver them again: said, for the operator to
-  // remove it.
-  if (::unlink(it->second.file->path.c_str()) != 0 && errno != ENOENT) {
-    log_event(LogSeverity::kWarn, "spill_segment_unlink_failed",
-              {{"file", it->second.file->path}, {"error", std::strerror(errno)}});
-  }
-  metrics.disk_bytes.fetch_sub(it->second.disk_bytes, std::memory_order_relaxed);
-  metrics.segments_deleted.fetch_add(1, std::memory_order_relaxed);
-  segments.erase(it);  // readers holding a location keep the file open
-}
-
-void LogState::prune_queues_locked() {
-  // A queue with nothing pending and no message left in any segment needs neither its state
-  // nor its cursor: nothing on disk could be mistaken for undelivered.
-  for (uint32_t qi = 0; qi < queues.size(); ++qi) {
-    QueueState* q = queues[qi].get();
-    if (!q || q->pending || !q->backlog.empty() || q->delivered_dirty || q->nonempty) continue;
-    // Segments are deleted out of order (a slow queue keeps an old one alive): every segment
-    // that may hold this queue's messages, up to its newest, must be gone.
-    if (!segments.empty() && segments.begin()->first <= q->last_segment) continue;
-    if (q->defined_in == active) continue;
-    make_key(key, q->vhost, q->queue);
-    ids.erase(key);
-    queues[qi].reset();
+    writer_->submit(std::move(s), gen);
   }
 }
 
 void LogState::maybe_delete() {
-  fire_events();
-  const uint64_t persisted = writer->persisted_gen();
-  bool deleted = false;
-  base::MutexLock l(mu);
-  if (segments.empty()) return;
-  const uint64_t newest = segments.rbegin()->first;
-  for (auto it = segments.begin(); it != segments.end();) {
-    auto next = std::next(it);
-    SegmentState& s = it->second;
-    if (it->first != newest && it->first != active && s.sealed && s.live == 0) {
-      if (s.delete_gen == 0) {
-        // Deleted only once a cursor file covering its messages is on disk, so a crash
-        // never brings back (as undelivered) what the old cursor file does not cover.
-        s.delete_gen = cursor_gen + 1;
-        cursor_dirty = true;
-      } else if (persisted >= s.delete_gen) {
-        delete_segment_locked(it);
-        deleted = true;
-      }
-    }
-    it = next;
-  }
-  if (deleted) prune_queues_locked();
+  index_.fire_events();
+  if (index_.delete_delivered(active_, cursor_gen_ + 1, writer_->persisted_gen()))
+    cursor_dirty_ = true;
 }
 
 bool LogState::make_room_for_segment(AppendStatus* refusal) {
@@ -170,25 +79,17 @@ bool LogState::make_room_for_segment(AppendStatus* refusal) {
   maybe_cursors(true);
   maybe_delete();
   if (fits()) return true;
-  if (opt.on_full != OnFull::kDropOldest) {
+  if (opt_.on_full != OnFull::kDropOldest) {
     *refusal = AppendStatus::kSpillFull;
     return false;
   }
   while (!fits()) {
-    base::MutexLock l(mu);
-    auto oldest = segments.begin();
-    if (oldest == segments.end() || oldest->first == active || !oldest->second.sealed) break;
-    for (uint32_t qi = 0; qi < queues.size(); ++qi) {
-      QueueState* q = queues[qi].get();
-      while (q && !q->backlog.empty() && q->backlog.front().segment == oldest->first)
-        drop_front(*q, qi);
-    }
-    const std::string path = oldest->second.file->path;
-    delete_segment_locked(oldest);
-    prune_queues_locked();
+    const std::optional<uint64_t> dropped = index_.drop_oldest_segment(active_);
+    if (!dropped) break;
+    if (*dropped) cursor_dirty_ = true;
   }
-  fire_events();
-  if (cursor_dirty) maybe_cursors(true);  // the drops must survive a crash
+  index_.fire_events();
+  if (cursor_dirty_) maybe_cursors(true);  // the drops must survive a crash
   if (fits()) return true;
   *refusal = AppendStatus::kSpillFull;
   return false;
@@ -198,40 +99,40 @@ bool LogState::create_segment(AppendStatus* refusal) {
   uint64_t number = 0;
   int fd = -1, err = 0;
   bool prepared = false;
-  if (preparer->state() != SegmentPreparer::State::kIdle) {
+  if (preparer_->state() != SegmentPreparer::State::kIdle) {
     // Usually ready long before it is needed; waits for the preparer otherwise.
-    const auto st = preparer->take(&number, &fd, &err);
+    const auto st = preparer_->take(&number, &fd, &err);
     prepared = st == SegmentPreparer::State::kReady;
-    if (!prepared) metrics.disk_bytes.fetch_sub(opt.segment_bytes, std::memory_order_relaxed);
+    if (!prepared) metrics_.disk_bytes.fetch_sub(opt_.segment_bytes, std::memory_order_relaxed);
   }
   if (!prepared) {
     if (!make_room_for_segment(refusal)) return false;
-    number = next_segment++;
-    err = create_segment_file(opt.dir, dir_fd.get(), number, next_seq, opt.segment_bytes,
-                              opt.preallocate, &fd);
+    number = next_segment_++;
+    err = create_segment_file(opt_.dir, dir_fd_.get(), number, next_seq_, opt_.segment_bytes,
+                              opt_.preallocate, &fd);
     if (err) {
       *refusal = status_of_errno(err);
-      metrics.disk_errors.fetch_add(1, std::memory_order_relaxed);
-      if (!disk_error_logged) {
+      metrics_.disk_errors.fetch_add(1, std::memory_order_relaxed);
+      if (!disk_error_logged_) {
         const std::string e = std::strerror(err);
         log_event(LogSeverity::kError, "spill_segment_create_failed",
-                  {{"file", opt.dir + "/" + segment_file_name(number)}, {"error", e}});
+                  {{"file", opt_.dir + "/" + segment_file_name(number)}, {"error", e}});
       }
-      disk_error_logged = true;
+      disk_error_logged_ = true;
       return false;
     }
-    metrics.disk_bytes.fetch_add(opt.segment_bytes, std::memory_order_relaxed);
+    metrics_.disk_bytes.fetch_add(opt_.segment_bytes, std::memory_order_relaxed);
   }
   SegmentState seg;
   seg.file = std::make_shared<SegmentFile>();
   seg.file->number = number;
-  seg.file->path = opt.dir + "/" + segment_file_name(number);
+  seg.file->path = opt_.dir + "/" + segment_file_name(number);
   seg.file->fd = fd;
-  if (opt.direct_io && opt.segment_bytes % kDirectBlockBytes == 0) {
+  if (opt_.direct_io && opt_.segment_bytes % kDirectBlockBytes == 0) {
     Result<int> direct = open_direct(seg.file->path);
     seg.file->direct_fd = direct ? *direct : -1;
-    if (!direct && !direct_refused_logged) {
-      direct_refused_logged = true;
+    if (!direct && !direct_refused_logged_) {
+      direct_refused_logged_ = true;
       log_event(
           LogSeverity::kInfo, "spill_direct_io_unavailable",
           {{"file", seg.file->path}, {"reason", direct.error().message}, {"writes", "buffered"}});
@@ -239,17 +140,14 @@ bool LogState::create_segment(AppendStatus* refusal) {
   }
   hold_writer_lock(seg.file->direct_fd >= 0 ? seg.file->direct_fd : seg.file->fd);
   seg.durable_end = seg.write_end = kSegmentHeaderBytes;
-  seg.disk_bytes = opt.segment_bytes;
-  {
-    base::MutexLock l(mu);
-    segments.emplace(number, std::move(seg));
-  }
-  active = number;
-  metrics.segments_created.fetch_add(1, std::memory_order_relaxed);
+  seg.disk_bytes = opt_.segment_bytes;
+  index_.add_segment(number, std::move(seg));
+  active_ = number;
+  metrics_.segments_created.fetch_add(1, std::memory_order_relaxed);
   // Prepare the next one now if it fits (its bytes count against max_bytes from now on).
   if (segment_fits()) {
-    metrics.disk_bytes.fetch_add(opt.segment_bytes, std::memory_order_relaxed);
-    preparer->request(next_segment++, next_seq);
+    metrics_.disk_bytes.fetch_add(opt_.segment_bytes, std::memory_order_relaxed);
+    preparer_->request(next_segment_++, next_seq_);
   }
   return true;
 }

@@ -11,7 +11,7 @@
 #include <set>
 #include <vector>
 
-#include "queue/log_state.h"
+#include "queue/log_index.h"
 
 namespace sluice::queue {
 namespace {
