@@ -56,52 +56,38 @@ ForwardResult result(uint64_t packets, uint64_t cycles, uint64_t dropped) {
 
 }  // namespace
 
-ForwardRig::Created ForwardRig::create() {
-  Created out;
+Result<std::unique_ptr<ForwardRig>> ForwardRig::create() {
   std::unique_ptr<ForwardRig> rig(new ForwardRig());
   const std::string n = std::to_string(next_rig++);
-  MbufPool::Created pool =
+  Result<std::unique_ptr<MbufPool>> pool =
       MbufPool::create({.name = "fwd_pool" + n, .count = kPoolMbufs, .cache_size = kPoolCache});
-  if (pool.pool == nullptr) {
-    out.error = pool.error;
-    return out;
-  }
-  rig->pool_ = std::move(pool.pool);
+  if (!pool) return tl::unexpected(pool.error());
+  rig->pool_ = std::move(*pool);
   const std::string ring_name = "fwd_rx" + n;
   rig->ring_ = rte_ring_create(ring_name.c_str(), kBatch, SOCKET_ID_ANY,
                                RING_F_SP_ENQ | RING_F_SC_DEQ | RING_F_EXACT_SZ);
   if (rig->ring_ == nullptr) {
-    out.error = "ring '" + ring_name + "': " + rte_strerror(rte_errno);
-    return out;
+    return failure("ring '" + ring_name + "': " + rte_strerror(rte_errno));
   }
   const int id =
       rte_eth_from_rings(ring_name.c_str(), &rig->ring_, 1, &rig->ring_, 1, SOCKET_ID_ANY);
   char name[RTE_ETH_NAME_MAX_LEN];
   if (id < 0 || rte_eth_dev_get_name_by_port(static_cast<uint16_t>(id), name) != 0) {
-    out.error = "rx port from ring '" + ring_name + "': " + rte_strerror(rte_errno);
-    return out;
+    return failure("rx port from ring '" + ring_name + "': " + rte_strerror(rte_errno));
   }
   rig->ring_device_ = name;
-  Port::Opened rx = Port::open({.device = rig->ring_device_}, *rig->pool_);
-  if (rx.port == nullptr) {
-    out.error = rx.error;
-    return out;
-  }
-  rig->rx_ = std::move(rx.port);
+  Result<std::unique_ptr<Port>> rx = Port::open({.device = rig->ring_device_}, *rig->pool_);
+  if (!rx) return tl::unexpected(rx.error());
+  rig->rx_ = std::move(*rx);
   rig->null_device_ = "net_null_fwd" + n;
   if (int rc = rte_vdev_init(rig->null_device_.c_str(), nullptr); rc != 0) {
     rig->null_device_.clear();
-    out.error = "creating the net_null tx port failed (" + std::to_string(rc) + ")";
-    return out;
+    return failure("creating the net_null tx port failed (" + std::to_string(rc) + ")");
   }
-  Port::Opened tx = Port::open({.device = rig->null_device_}, *rig->pool_);
-  if (tx.port == nullptr) {
-    out.error = tx.error;
-    return out;
-  }
-  rig->tx_ = std::move(tx.port);
-  out.rig = std::move(rig);
-  return out;
+  Result<std::unique_ptr<Port>> tx = Port::open({.device = rig->null_device_}, *rig->pool_);
+  if (!tx) return tl::unexpected(tx.error());
+  rig->tx_ = std::move(*tx);
+  return rig;
 }
 
 ForwardRig::~ForwardRig() {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/result.h"
 #include "dataplane/dpdk/engine/frame.h"
 
 struct rte_ring;
@@ -42,11 +43,7 @@ struct ForwardResult {
 // it across runs.
 class ForwardRig {
  public:
-  struct Created {
-    std::unique_ptr<ForwardRig> rig;  // null on failure
-    std::string error;
-  };
-  static Created create();
+  static Result<std::unique_ptr<ForwardRig>> create();
   ~ForwardRig();
   ForwardRig(const ForwardRig&) = delete;
   ForwardRig& operator=(const ForwardRig&) = delete;

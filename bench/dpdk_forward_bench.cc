@@ -456,13 +456,13 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   {
-    bench::ForwardRig::Created created = bench::ForwardRig::create();
-    if (created.rig == nullptr) {
-      std::fprintf(stderr, "dpdk_forward_bench: %s\n", created.error.c_str());
+    Result<std::unique_ptr<bench::ForwardRig>> created = bench::ForwardRig::create();
+    if (!created) {
+      std::fprintf(stderr, "dpdk_forward_bench: %s\n", created.error().message.c_str());
       dpdk::port::eal_cleanup();
       return 1;
     }
-    bench::ForwardRig& rig = *created.rig;
+    bench::ForwardRig& rig = **created;
     if (huge) {
       std::printf("memory: 2 MB hugepages (%llu were free)\n", free_huge);
     } else {

@@ -195,12 +195,12 @@ Result<std::vector<std::unique_ptr<port::Port>>> open_ports(const control::DpdkC
   for (const std::string& dev : devices) {
     port::PortConfig cfg;
     cfg.device = dev;
-    port::Port::Opened opened = port::Port::open(cfg, pool);
-    if (!opened.port) {
+    Result<std::unique_ptr<port::Port>> opened = port::Port::open(cfg, pool);
+    if (!opened) {
       return failure((dev == d.exception_port ? "dpdk.exception_port: " : "dpdk.ports: ") +
-                     opened.error);
+                     opened.error().message);
     }
-    ports.push_back(std::move(opened.port));
+    ports.push_back(std::move(*opened));
   }
   return ports;
 }
@@ -270,9 +270,9 @@ Result<std::unique_ptr<DpdkEngine>> DpdkEngine::open(const control::GatewayConfi
   pc.name = "sluice_mbufs";
   pc.count = d.mbufs;
   pc.cache_size = kMbufCache;
-  port::MbufPool::Created created = port::MbufPool::create(pc);
-  if (!created.pool) return failure("dpdk.mbufs: " + created.error);
-  impl->pool = std::move(created.pool);
+  Result<std::unique_ptr<port::MbufPool>> created = port::MbufPool::create(pc);
+  if (!created) return failure("dpdk.mbufs: " + created.error().message);
+  impl->pool = std::move(*created);
 
   std::vector<std::string> devices = d.ports;
   if (!d.exception_port.empty()) devices.push_back(d.exception_port);

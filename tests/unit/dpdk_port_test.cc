@@ -153,10 +153,10 @@ class DpdkPortTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_EQ(eal_error_, "");
-    MbufPool::Created created =
+    Result<std::unique_ptr<MbufPool>> created =
         MbufPool::create({.name = unique_name("test_pool"), .count = kPoolMbufs, .cache_size = 0});
-    ASSERT_NE(created.pool, nullptr) << created.error;
-    pool_ = std::move(created.pool);
+    ASSERT_TRUE(created.has_value()) << created.error().message;
+    pool_ = std::move(*created);
   }
 
   void TearDown() override {
@@ -185,9 +185,9 @@ class DpdkPortTest : public ::testing::Test {
     char device[RTE_ETH_NAME_MAX_LEN];
     EXPECT_EQ(rte_eth_dev_get_name_by_port(static_cast<uint16_t>(id), device), 0);
     rp->device = device;
-    Port::Opened opened = Port::open({.device = rp->device}, *pool_);
-    EXPECT_NE(opened.port, nullptr) << opened.error;
-    rp->port = std::move(opened.port);
+    Result<std::unique_ptr<Port>> opened = Port::open({.device = rp->device}, *pool_);
+    EXPECT_TRUE(opened.has_value()) << opened.error().message;
+    if (opened) rp->port = std::move(*opened);
     return rp->port != nullptr ? std::move(rp) : nullptr;
   }
 
@@ -305,9 +305,10 @@ TEST_F(DpdkPortTest, MbufPoolEveryMbufRoundTripsAndEmptyPoolGivesNull) {
 }
 
 TEST_F(DpdkPortTest, MbufPoolRefusesBadSizes) {
-  MbufPool::Created c = MbufPool::create({.name = unique_name("bad"), .data_room = 64});
-  EXPECT_EQ(c.pool, nullptr);
-  EXPECT_NE(c.error.find("data_room"), std::string::npos) << c.error;
+  Result<std::unique_ptr<MbufPool>> c =
+      MbufPool::create({.name = unique_name("bad"), .data_room = 64});
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message.find("data_room"), std::string::npos) << c.error().message;
 }
 
 TEST_F(DpdkPortTest, ToFrameAndToMbufCarryLengthAndPort) {
@@ -340,16 +341,18 @@ TEST_F(DpdkPortTest, ToFrameRefusesMultiSegmentMbuf) {
 }
 
 TEST_F(DpdkPortTest, PortOpenReportsUnknownDevice) {
-  Port::Opened opened = Port::open({.device = "net_nonexistent7"}, *pool_);
-  EXPECT_EQ(opened.port, nullptr);
-  EXPECT_NE(opened.error.find("net_nonexistent7"), std::string::npos) << opened.error;
+  Result<std::unique_ptr<Port>> opened = Port::open({.device = "net_nonexistent7"}, *pool_);
+  ASSERT_FALSE(opened.has_value());
+  EXPECT_NE(opened.error().message.find("net_nonexistent7"), std::string::npos)
+      << opened.error().message;
 }
 
 TEST_F(DpdkPortTest, PortReportsIdMacAndQueues) {
   // net_null has a random MAC (net_ring's is all zeros), so a copy error would show.
-  Port::Opened opened = Port::open({.device = "net_null0", .rx_queues = 2, .tx_queues = 3}, *pool_);
-  ASSERT_NE(opened.port, nullptr) << opened.error;
-  const Port& port = *opened.port;
+  Result<std::unique_ptr<Port>> opened =
+      Port::open({.device = "net_null0", .rx_queues = 2, .tx_queues = 3}, *pool_);
+  ASSERT_TRUE(opened.has_value()) << opened.error().message;
+  const Port& port = **opened;
   uint16_t id = 0;
   ASSERT_EQ(rte_eth_dev_get_port_by_name("net_null0", &id), 0);
   EXPECT_EQ(port.id(), id);
@@ -366,10 +369,11 @@ TEST_F(DpdkPortTest, PortReportsIdMacAndQueues) {
 
 TEST_F(DpdkPortTest, PortOpenRefusesMoreQueuesThanTheDeviceHas) {
   ASSERT_TRUE(make_pair());
-  Port::Opened again = Port::open({.device = a_->device, .rx_queues = 2}, *pool_);
-  EXPECT_EQ(again.port, nullptr);
-  EXPECT_NE(again.error.find("queues"), std::string::npos) << again.error;
-  EXPECT_NE(again.error.find(a_->device), std::string::npos) << again.error;
+  Result<std::unique_ptr<Port>> again = Port::open({.device = a_->device, .rx_queues = 2}, *pool_);
+  ASSERT_FALSE(again.has_value());
+  const std::string& error = again.error().message;
+  EXPECT_NE(error.find("queues"), std::string::npos) << error;
+  EXPECT_NE(error.find(a_->device), std::string::npos) << error;
 }
 
 TEST_F(DpdkPortTest, LoopMovesFramesToTheOtherPort) {

@@ -18,33 +18,27 @@ void init_frame(rte_mempool*, void*, void* obj, unsigned) {
 
 }  // namespace
 
-MbufPool::Created MbufPool::create(const MbufPoolConfig& config) {
-  Created out;
-  if (config.name.empty()) {
-    out.error = "mbuf pool: empty name";
-    return out;
-  }
+Result<std::unique_ptr<MbufPool>> MbufPool::create(const MbufPoolConfig& config) {
+  if (config.name.empty()) return failure("mbuf pool: empty name");
   if (config.cache_size > RTE_MEMPOOL_CACHE_MAX_SIZE) {
-    out.error = "mbuf pool '" + config.name + "': cache_size " + std::to_string(config.cache_size) +
-                " is over the limit of " + std::to_string(RTE_MEMPOOL_CACHE_MAX_SIZE);
-    return out;
+    return failure("mbuf pool '" + config.name + "': cache_size " +
+                   std::to_string(config.cache_size) + " is over the limit of " +
+                   std::to_string(RTE_MEMPOOL_CACHE_MAX_SIZE));
   }
   if (config.data_room <= RTE_PKTMBUF_HEADROOM) {
-    out.error = "mbuf pool '" + config.name + "': data_room " + std::to_string(config.data_room) +
-                " leaves no room after the " + std::to_string(RTE_PKTMBUF_HEADROOM) +
-                "-byte headroom";
-    return out;
+    return failure("mbuf pool '" + config.name + "': data_room " +
+                   std::to_string(config.data_room) + " leaves no room after the " +
+                   std::to_string(RTE_PKTMBUF_HEADROOM) + "-byte headroom");
   }
   rte_mempool* mp = rte_pktmbuf_pool_create(config.name.c_str(), config.count, config.cache_size,
                                             kPrivBytes, config.data_room, config.socket);
   if (mp == nullptr) {
-    out.error = "mbuf pool '" + config.name + "' (" + std::to_string(config.count) + " mbufs of " +
-                std::to_string(config.data_room) + " bytes): " + rte_strerror(rte_errno);
-    return out;
+    return failure("mbuf pool '" + config.name + "' (" + std::to_string(config.count) +
+                   " mbufs of " + std::to_string(config.data_room) +
+                   " bytes): " + rte_strerror(rte_errno));
   }
   rte_mempool_obj_iter(mp, init_frame, nullptr);
-  out.pool.reset(new MbufPool(mp));
-  return out;
+  return std::unique_ptr<MbufPool>(new MbufPool(mp));
 }
 
 MbufPool::~MbufPool() {

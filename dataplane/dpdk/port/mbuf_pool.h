@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/assert.h"
+#include "base/result.h"
 #include "dataplane/dpdk/engine/frame.h"
 
 namespace sluice::dpdk::port {
@@ -37,12 +38,8 @@ class MbufPool final : public engine::FramePool {
   static_assert(sizeof(rte_mbuf) % RTE_CACHE_LINE_SIZE == 0 &&
                 RTE_PKTMBUF_HEADROOM % RTE_CACHE_LINE_SIZE == 0);
 
-  struct Created {
-    std::unique_ptr<MbufPool> pool;  // null on failure
-    std::string error;
-  };
   // Needs the EAL running. The error names the pool and DPDK's reason.
-  static Created create(const MbufPoolConfig& config);
+  static Result<std::unique_ptr<MbufPool>> create(const MbufPoolConfig& config);
 
   ~MbufPool() override;
   MbufPool(const MbufPool&) = delete;

@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "base/result.h"
+
 namespace sluice::dpdk::port {
 
 class MbufPool;
@@ -35,13 +37,9 @@ class Port {
  public:
   using MacAddr = std::array<uint8_t, 6>;
 
-  struct Opened {
-    std::unique_ptr<Port> port;  // null on failure
-    std::string error;           // names the device and the step that failed
-  };
-  // Finds `config.device`, configures its queues (rx buffers from `rx_pool`) and starts it.
-  // Enables no offload.
-  static Opened open(const PortConfig& config, MbufPool& rx_pool);
+  // Finds `config.device`, configures its queues (rx buffers from `rx_pool`) and starts it, or
+  // says which device and which step failed. Enables no offload.
+  static Result<std::unique_ptr<Port>> open(const PortConfig& config, MbufPool& rx_pool);
 
   // Stops and closes the device.
   ~Port();
