@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -277,6 +278,48 @@ Result<> write_state_file(std::string_view body, const std::string& path) {
   return {};
 }
 
+namespace {
+
+// The body of an ownership file, everything before its last line, "end <entries> <checksum of
+// everything before it>", once that line is found and the checksum matches; the entries it
+// declares.
+struct CheckedBody {
+  std::string_view body;
+  size_t declared = 0;
+};
+Result<CheckedBody> checked_body(const std::string& text) {
+  if (text.empty() || text.back() != '\n') return failure("truncated (no final line end)");
+  const size_t last_start = text.rfind('\n', text.size() - 2);
+  const size_t end_at = last_start == std::string::npos ? 0 : last_start + 1;
+  const std::string_view body(text.data(), end_at);
+  const std::string last(text.data() + end_at, text.size() - end_at - 1);
+  size_t declared = 0;
+  unsigned long long sum = 0;
+  if (std::sscanf(last.c_str(), "end %zu %llx", &declared, &sum) != 2) {
+    return failure("truncated (no end line)");
+  }
+  if (sum != fnv1a(body)) return failure("checksum mismatch");
+  return CheckedBody{body, declared};
+}
+
+// The four fields of an entry line, "placed|pinned VHOST QUEUE NODE"; nullopt for any other
+// line.
+std::optional<std::array<std::string_view, 4>> entry_fields(std::string_view line) {
+  std::array<std::string_view, 4> f;
+  size_t nf = 0;
+  for (size_t at = 0;;) {
+    const size_t sp = line.find(' ', at);
+    if (nf == 4) return std::nullopt;
+    f[nf++] = line.substr(at, sp == std::string_view::npos ? line.npos : sp - at);
+    if (sp == std::string_view::npos) break;
+    at = sp + 1;
+  }
+  if (nf != 4 || (f[0] != "placed" && f[0] != "pinned")) return std::nullopt;
+  return f;
+}
+
+}  // namespace
+
 Result<LoadedOwnership> load_ownership(OwnershipTable& table, std::span<const NodeSpec> nodes,
                                        const std::string& path) {
   struct stat st;
@@ -300,18 +343,9 @@ Result<LoadedOwnership> load_ownership(OwnershipTable& table, std::span<const No
                           "; a copy is kept at " + copy + "; repair or remove the file to start");
   };
 
-  // The last line is "end <entries> <checksum of everything before it>".
-  if (text.empty() || text.back() != '\n') return damaged(0, "truncated (no final line end)");
-  const size_t last_start = text.rfind('\n', text.size() - 2);
-  const size_t end_at = last_start == std::string::npos ? 0 : last_start + 1;
-  const std::string_view body(text.data(), end_at);
-  const std::string_view last(text.data() + end_at, text.size() - end_at - 1);
-  size_t declared = 0;
-  unsigned long long sum = 0;
-  if (std::sscanf(std::string(last).c_str(), "end %zu %llx", &declared, &sum) != 2) {
-    return damaged(0, "truncated (no end line)");
-  }
-  if (sum != fnv1a(body)) return damaged(0, "checksum mismatch");
+  Result<CheckedBody> checked = checked_body(text);
+  if (!checked) return damaged(0, checked.error().message);
+  const std::string_view body = checked->body;
 
   std::unordered_map<std::string_view, NodeIndex> by_name;
   for (size_t i = 0; i < nodes.size(); ++i)
@@ -330,22 +364,9 @@ Result<LoadedOwnership> load_ownership(OwnershipTable& table, std::span<const No
       if (line != kMagic) return damaged(1, "not a sluice ownership file (version line)");
       continue;
     }
-    std::string_view f[4];
-    size_t nf = 0;
-    bool extra = false;
-    for (size_t at = 0;;) {
-      const size_t sp = line.find(' ', at);
-      if (nf == 4) {
-        extra = true;
-        break;
-      }
-      f[nf++] = line.substr(at, sp == std::string_view::npos ? line.npos : sp - at);
-      if (sp == std::string_view::npos) break;
-      at = sp + 1;
-    }
-    if (extra || nf != 4 || (f[0] != "placed" && f[0] != "pinned")) {
-      return damaged(line_no, "expected: placed|pinned VHOST QUEUE NODE");
-    }
+    const std::optional<std::array<std::string_view, 4>> fields = entry_fields(line);
+    if (!fields) return damaged(line_no, "expected: placed|pinned VHOST QUEUE NODE");
+    const std::array<std::string_view, 4>& f = *fields;
     std::optional<std::string> vhost = decode(f[1]), queue = decode(f[2]);
     if (!vhost || !queue) return damaged(line_no, "bad %-escape");
     ++entries;
@@ -364,7 +385,8 @@ Result<LoadedOwnership> load_ownership(OwnershipTable& table, std::span<const No
       ++loaded.placed;
     }
   }
-  if (entries != declared) return damaged(line_no, "entry count does not match the end line");
+  if (entries != checked->declared)
+    return damaged(line_no, "entry count does not match the end line");
   return loaded;
 }
 

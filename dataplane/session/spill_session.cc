@@ -281,7 +281,7 @@ SpillEvent SpillSession::on_frame(const Frame& f, size_t begin) {
     case Command::kBegin:
     case Command::kCommit:
     case Command::kAbort:
-      break;
+      return on_transaction(f, c, receipt);
     case Command::kDisconnect:
       push_receipt(f, last_token_);
       closing_ = true;
@@ -303,8 +303,11 @@ SpillEvent SpillSession::on_frame(const Frame& f, size_t begin) {
       fail(SpillEnd::kProtocolError, "unexpected frame", detail_.view(), receipt);
       return SpillEvent{};
   }
+  return SpillEvent{};  // every command is handled above
+}
 
-  // BEGIN, COMMIT, ABORT.
+SpillEvent SpillSession::on_transaction(const Frame& f, Command c,
+                                        std::optional<std::string_view> receipt) {
   std::optional<std::string_view> tx = f.find("transaction");
   if (!tx || tx->empty()) {
     detail_.clear();

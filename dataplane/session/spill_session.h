@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -125,6 +126,8 @@ class SpillSession {
 
   SpillEvent on_frame(const Frame& f, size_t begin);
   SpillEvent on_send(const Frame& f, size_t begin);
+  // BEGIN, COMMIT and ABORT.
+  SpillEvent on_transaction(const Frame& f, Command c, std::optional<std::string_view> receipt);
   void refuse_login();
   void fail(SpillEnd end, std::string_view message, std::string_view detail,
             std::optional<std::string_view> receipt = std::nullopt);

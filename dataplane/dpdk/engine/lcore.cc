@@ -502,44 +502,34 @@ void Lcore::on_timer(uint32_t id) {
   if (fl.state == FlowState::kFree) return;
   const bool rtx_due = fl.rtx_at_ms != 0 && now_ms_ >= fl.rtx_at_ms;
   const bool deadline_due = fl.deadline_ms != 0 && now_ms_ >= fl.deadline_ms;
+  if (state_timer(fl, rtx_due, deadline_due)) return;
+  if (rtx_due && fl.state != FlowState::kSpliced && fl.state != FlowState::kLinger) {
+    retransmit_flow(fl);
+    return;
+  }
+  arm(fl);
+}
+
+bool Lcore::state_timer(Flow& fl, bool rtx_due, bool deadline_due) {
   switch (fl.state) {
     case FlowState::kFree:
-      return;
-    case FlowState::kPrelude: {
-      if (login_timer(fl)) return;
-      Slot& s = *slots_[fl.slot];
-      if (deadline_due) {
-        prelude_beat(fl);
-        const session::PreludeEvent e = s.prelude->on_time(session::Nanos(now_ns_));
-        if (e.kind == session::PreludeEvent::Kind::kClose) {
-          ++counters_.prelude_ends[size_t(e.end)];
-          ++counters_.flows_expired;
-          end_session(fl, session::prelude_end_name(e.end), {});
-          close_client(fl, e.to_client);
-          return;
-        }
-        fl.deadline_ms = s.prelude_timer_ms();
-      }
-      if (fl.login == detail::LoginLeg::kConnecting) {
-        arm(fl);  // the SYN's retransmission is login_timer's
-        return;
-      }
-      break;
-    }
+      return true;
+    case FlowState::kPrelude:
+      return prelude_timer(fl, deadline_due);
     case FlowState::kConnecting:
       if (deadline_due && now_ms_ >= slots_[fl.slot]->bind_deadline_ms) {
         ++counters_.owner_timeouts;
         owner_failed(fl, false);
-        return;
+        return true;
       }
       if (deadline_due) binding_beat(fl);
       if (rtx_due) {
         ++counters_.retransmits;
         send_owner_syn(fl);
-        return;
+        return true;
       }
       arm(fl);
-      return;
+      return true;
     case FlowState::kReplay:
       if (deadline_due && now_ms_ >= slots_[fl.slot]->bind_deadline_ms) {
         ++counters_.owner_timeouts;
@@ -548,47 +538,69 @@ void Lcore::on_timer(uint32_t id) {
         end_session(fl, "owner_timeout", {});
         refuse(fl, "owner did not answer",
                "the owner accepted the connection but sent no CONNECTED in time");
-        return;
+        return true;
       }
       if (deadline_due) binding_beat(fl);
-      break;
+      return false;
     case FlowState::kSpliced:
       if (now_ms_ >= fl.last_seen_ms + config_.established_idle_ms) {
         ++counters_.flows_expired;
         free_flow(fl);
-        return;
+        return true;
       }
       fl.deadline_ms = fl.last_seen_ms + config_.established_idle_ms;
-      break;
+      return false;
     case FlowState::kClosing:
     case FlowState::kLinger:
       if (deadline_due) {
         ++counters_.flows_expired;
         free_flow(fl);
-        return;
+        return true;
       }
-      break;
+      return false;
   }
-  if (rtx_due && fl.state != FlowState::kSpliced && fl.state != FlowState::kLinger) {
-    // One retransmission timer per flow covers both legs' outstanding bytes (RFC 6298
-    // backoff, bounded by retries_max).
-    if (++fl.retries > config_.retries_max) {
-      ++counters_.retransmit_giveups;
-      abort_flow(fl, true);
-      return;
+  return false;
+}
+
+bool Lcore::prelude_timer(Flow& fl, bool deadline_due) {
+  if (login_timer(fl)) return true;
+  Slot& s = *slots_[fl.slot];
+  if (deadline_due) {
+    prelude_beat(fl);
+    const session::PreludeEvent e = s.prelude->on_time(session::Nanos(now_ns_));
+    if (e.kind == session::PreludeEvent::Kind::kClose) {
+      ++counters_.prelude_ends[size_t(e.end)];
+      ++counters_.flows_expired;
+      end_session(fl, session::prelude_end_name(e.end), {});
+      close_client(fl, e.to_client);
+      return true;
     }
-    fl.rto_ms = std::min(fl.rto_ms * 2, config_.rto_max_ms);
-    fl.rtx_at_ms = 0;
-    if (fl.snd_una != fl.snd_nxt) send_injected(fl, true);
-    if (fl.state == FlowState::kReplay && fl.o_snd_una != fl.o_snd_nxt) send_replay(fl, true);
-    if (fl.state == FlowState::kPrelude && fl.o_snd_una != fl.o_snd_nxt &&
-        (fl.login == detail::LoginLeg::kGreeting || fl.login == detail::LoginLeg::kHeld)) {
-      send_login(fl, true);
-    }
-    update_rtx(fl);
+    fl.deadline_ms = s.prelude_timer_ms();
+  }
+  if (fl.login == detail::LoginLeg::kConnecting) {
+    arm(fl);  // the SYN's retransmission is login_timer's
+    return true;
+  }
+  return false;
+}
+
+void Lcore::retransmit_flow(Flow& fl) {
+  // One retransmission timer per flow covers both legs' outstanding bytes (RFC 6298 backoff,
+  // bounded by retries_max).
+  if (++fl.retries > config_.retries_max) {
+    ++counters_.retransmit_giveups;
+    abort_flow(fl, true);
     return;
   }
-  arm(fl);
+  fl.rto_ms = std::min(fl.rto_ms * 2, config_.rto_max_ms);
+  fl.rtx_at_ms = 0;
+  if (fl.snd_una != fl.snd_nxt) send_injected(fl, true);
+  if (fl.state == FlowState::kReplay && fl.o_snd_una != fl.o_snd_nxt) send_replay(fl, true);
+  if (fl.state == FlowState::kPrelude && fl.o_snd_una != fl.o_snd_nxt &&
+      (fl.login == detail::LoginLeg::kGreeting || fl.login == detail::LoginLeg::kHeld)) {
+    send_login(fl, true);
+  }
+  update_rtx(fl);
 }
 
 }  // namespace sluice::dpdk::engine

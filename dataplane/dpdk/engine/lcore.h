@@ -202,6 +202,12 @@ class Lcore final : public BurstHandler {
   const net::MacAddr* neighbor(uint32_t ip) const;
   void arp_request(uint16_t port, uint32_t target);
   void on_timer(uint32_t id);
+  // The timers of the flow's state; true when they settled the flow (ended it, re-armed it or
+  // sent its SYN again), false when its retransmission timer is next.
+  bool state_timer(Flow& fl, bool rtx_due, bool deadline_due);
+  bool prelude_timer(Flow& fl, bool deadline_due);
+  // The flow's retransmission timer fired: back off and resend what is unacknowledged.
+  void retransmit_flow(Flow& fl);
   void arm(Flow& fl);
 
   // flows.cc: the flow table, prelude slots and local ports
