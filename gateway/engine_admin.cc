@@ -4,7 +4,9 @@
 
 #include "dataplane/session/prelude.h"
 #include "dataplane/session/spill_session.h"
+#include "gateway/login_verifier.h"
 #include "gateway/metrics_families.h"
+#include "gateway/spill_auth.h"
 
 namespace sluice::gateway {
 
@@ -208,6 +210,37 @@ void end_families(Families& f, const uring::Engine& e) {
   }
 }
 
+// The spill logins' checks (argon2id, on the verifier thread), summed over the workers.
+void spill_login_families(Families& f, const SpillLogins& logins) {
+  SpillAuthStats sum;
+  for (const SpillAuth* a : logins.auths) {
+    const SpillAuthStats s = a->stats();
+    sum.verifications += s.verifications;
+    sum.cache_hits += s.cache_hits;
+    sum.refused += s.refused;
+    sum.busy += s.busy;
+    sum.denied += s.denied;
+  }
+  f.one("sluice_spill_login_cache_hits_total", "counter",
+        "Spill logins accepted from the login cache, with no argon2id check.",
+        double(sum.cache_hits));
+  f.one("sluice_spill_login_verifications_total", "counter",
+        "argon2id checks of spill logins started or queued (an unknown user's decoy check "
+        "included).",
+        double(sum.verifications));
+  f.one("sluice_spill_login_verifications_waiting", "gauge",
+        "Spill login checks queued for the verifier thread, not yet started.",
+        double(logins.verifier ? logins.verifier->waiting() : 0));
+  f.family("sluice_spill_logins_refused_total", "counter",
+           "Spill logins refused: wrong or missing credentials (or a users file reloaded during "
+           "the check), or busy (too many checks waiting: connect again later).");
+  f.sample("sluice_spill_logins_refused_total", "reason=\"credentials\"", double(sum.refused));
+  f.sample("sluice_spill_logins_refused_total", "reason=\"busy\"", double(sum.busy));
+  f.one("sluice_spill_acl_denials_total", "counter",
+        "Spill SENDs refused because the user's allow rules do not cover the queue.",
+        double(sum.denied));
+}
+
 }  // namespace
 
 std::string EngineAdmin::metrics_text() {
@@ -217,6 +250,7 @@ std::string EngineAdmin::metrics_text() {
   login_and_heartbeat_families(f, engine_);
   placement_families(f, engine_);
   end_families(f, engine_);
+  spill_login_families(f, logins_);
   return f.take();
 }
 

@@ -194,6 +194,7 @@ class Daemon {
   std::vector<std::unique_ptr<sluice::control::ReplicaRouter>> routers_;
   std::vector<std::unique_ptr<sluice::gateway::ProducerSink>> sinks_;
   std::vector<std::unique_ptr<sluice::gateway::SpillAuth>> auths_;
+  std::shared_ptr<sluice::gateway::LoginVerifier> verifier_;  // checks the spill logins
   std::vector<std::unique_ptr<sluice::gateway::LoginCache>> logins_;
   std::vector<sluice::uring::WorkerParts> parts_;
   // The io_uring engine's session settings: its workers keep a reference to them.
@@ -244,6 +245,7 @@ std::optional<StartError> Daemon::open_workers() {
   // One thread checks the spill logins of every worker, so that none stalls a worker.
   auto verifier = sluice::gateway::LoginVerifier::start();
   if (!verifier) return StartError{kExitStartFailed, verifier.error().message};
+  verifier_ = *verifier;
   for (uint32_t i = 0; i < config_.workers; ++i) {
     routers_.push_back(std::make_unique<sluice::control::ReplicaRouter>(
         control_->attach_worker(), directory_, "uring" + std::to_string(i)));
@@ -271,7 +273,11 @@ std::optional<StartError> Daemon::open_engines() {
                                             log_from_engine);
   if (!engine) return StartError{kExitStartFailed, "engine: " + engine.error().message};
   engine_ = std::move(*engine);
-  engine_admin_.emplace(*engine_);
+  sluice::gateway::SpillLogins logins;
+  for (const auto& a : auths_)
+    logins.auths.push_back(a.get());
+  logins.verifier = verifier_;
+  engine_admin_.emplace(*engine_, std::move(logins));
   sessions_admin_ = &*engine_admin_;
 #ifdef SLUICE_HAVE_DPDK
   if (config_.engine == EngineKind::kDpdk) {

@@ -550,7 +550,7 @@ session::AuthAnswer SpillAuth::authenticate(std::optional<std::string_view> logi
   if (mode_ == SpillAuthMode::kAnonymous) return AuthAnswer::kAccepted;
   if (mode_ == SpillAuthMode::kRefuseAll || !login || !passcode || passcode->empty() ||
       passcode->size() > kPasscodeBytesMax) {
-    ++stats_.refused;
+    bump(counters_.refused);
     return AuthAnswer::kRefused;
   }
   Digest digest;
@@ -562,24 +562,24 @@ session::AuthAnswer SpillAuth::authenticate(std::optional<std::string_view> logi
   if (user == nullptr) {
     // An unknown user costs a verify too, so that the answer's delay does not tell.
     if (verifier_) return check_later(kNoUser, decoy_hash(), *passcode, digest, ticket);
-    ++stats_.verifications;
+    bump(counters_.verifications);
     const int decoy =
         crypto_pwhash_str_verify(decoy_hash().c_str(), passcode->data(), passcode->size());
     static_cast<void>(decoy);  // refused whatever it says
-    ++stats_.refused;
+    bump(counters_.refused);
     return AuthAnswer::kRefused;
   }
   const auto index = uint32_t(user - users_->users().data());
   const CacheEntry& slot = cache_[cache_slot(index, digest, kCacheEntries)];
   if (slot.used && slot.user == index &&
       sodium_memcmp(slot.digest.data(), digest.data(), digest.size()) == 0) {
-    ++stats_.cache_hits;
+    bump(counters_.cache_hits);
     return AuthAnswer::kAccepted;
   }
   if (verifier_) return check_later(index, user->hash, *passcode, digest, ticket);
-  ++stats_.verifications;
+  bump(counters_.verifications);
   if (crypto_pwhash_str_verify(user->hash.c_str(), passcode->data(), passcode->size()) != 0) {
-    ++stats_.refused;
+    bump(counters_.refused);
     return AuthAnswer::kRefused;
   }
   remember(index, digest);
@@ -591,7 +591,7 @@ session::AuthAnswer SpillAuth::check_later(uint32_t user, std::string_view hash,
                                            uint64_t ticket) {
   SLUICE_ASSERT(hash.size() < check_->hash.size() && passcode.size() <= check_->passcode.size());
   if (waiting_ == LoginInbox::kDepth) {
-    ++stats_.busy;
+    bump(counters_.busy);
     return session::AuthAnswer::kBusy;
   }
   LoginVerifier::Check& c = *check_;
@@ -604,12 +604,18 @@ session::AuthAnswer SpillAuth::check_later(uint32_t user, std::string_view hash,
   const bool queued = verifier_->submit(c);
   sodium_memzero(c.passcode.data(), passcode.size());
   if (!queued) {
-    ++stats_.busy;
+    bump(counters_.busy);
     return session::AuthAnswer::kBusy;
   }
   ++waiting_;
-  ++stats_.verifications;
+  bump(counters_.verifications);
   return session::AuthAnswer::kPending;
+}
+
+SpillAuthStats SpillAuth::stats() const {
+  auto get = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return SpillAuthStats{get(counters_.verifications), get(counters_.cache_hits),
+                        get(counters_.refused), get(counters_.busy), get(counters_.denied)};
 }
 
 void SpillAuth::remember(uint32_t user, const Digest& digest) {
@@ -633,7 +639,7 @@ size_t SpillAuth::poll(std::span<Answer> out) {
     if (accepted) {
       remember(v.user, v.digest);
     } else {
-      ++stats_.refused;
+      bump(counters_.refused);
     }
     out[i] = Answer{v.ticket, accepted};
   }
@@ -650,7 +656,7 @@ bool SpillAuth::authorize(std::string_view login, const session::QueueKey& key) 
       }
     }
   }
-  ++stats_.denied;
+  bump(counters_.denied);
   return false;
 }
 

@@ -119,7 +119,7 @@ enum class SpillAuthMode : uint8_t {
 };
 
 struct SpillAuthStats {
-  uint64_t verifications = 0;  // argon2id verifications run (the slow path)
+  uint64_t verifications = 0;  // argon2id verifications run or queued (the slow path)
   uint64_t cache_hits = 0;     // logins accepted from the cache
   uint64_t refused = 0;        // authenticate() refused, at once or after a check
   uint64_t busy = 0;           // authenticate() answered kBusy: too many checks waiting
@@ -188,7 +188,8 @@ class SpillAuth final : public session::SpillHooks, public uring::LoginAnswers {
   void reset(std::shared_ptr<const UsersFile> users, bool allow_anonymous);
 
   SpillAuthMode mode() const { return mode_; }
-  const SpillAuthStats& stats() const { return stats_; }
+  // From any thread (the metrics are read on the control thread).
+  SpillAuthStats stats() const;
   size_t checks_waiting() const { return waiting_; }
 
  private:
@@ -212,7 +213,16 @@ class SpillAuth final : public session::SpillHooks, public uring::LoginAnswers {
   uint64_t source_generation_ = 0;
   bool allow_anonymous_ = false;
   SpillAuthMode mode_ = SpillAuthMode::kRefuseAll;
-  SpillAuthStats stats_;
+  // SpillAuthStats as the worker counts them; read from other threads.
+  struct Counters {
+    std::atomic<uint64_t> verifications{0};
+    std::atomic<uint64_t> cache_hits{0};
+    std::atomic<uint64_t> refused{0};
+    std::atomic<uint64_t> busy{0};
+    std::atomic<uint64_t> denied{0};
+  };
+  static void bump(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+  Counters counters_;
   std::array<CacheEntry, kCacheEntries> cache_{};
   uint64_t generation_ = 0;  // of users_; answers for an older one are not cached
   std::shared_ptr<LoginVerifier> verifier_;

@@ -206,8 +206,21 @@ node = "dead"
         print(f"spill in sluiced: a silent client of a spill session closed {took:.1f} s after "
               f"its last byte (heart-beat 1000,1000)")
 
+    LOGIN_FAMILIES = ("sluice_spill_login_verifications_total",
+                      "sluice_spill_login_cache_hits_total",
+                      'sluice_spill_logins_refused_total{reason="credentials"}',
+                      'sluice_spill_logins_refused_total{reason="busy"}')
+
+    def login_counts(self):
+        m = self.ctl_json("metrics")
+        check(all(k in m for k in self.LOGIN_FAMILIES), f"spill login metrics missing: {m}")
+        check(m.get("sluice_spill_login_verifications_waiting") == 0,
+              f"spill login checks left waiting: {m}")
+        return [int(m[k]) for k in self.LOGIN_FAMILIES]
+
     def users_file_reload(self):
         """A spill user added to the users file while sluiced runs can spill after a reload."""
+        before = self.login_counts()
         f = self.spill_send("late", "late-pw")
         check(f is not None and f.command == "ERROR"
               and f.headers.get("message") == "authentication failed",
@@ -230,6 +243,11 @@ node = "dead"
               f"reload with a broken users file: {p.stderr!r}")
         f = self.spill_send("late", "late-pw")
         check(f is not None and f.command == "RECEIPT", f"after a refused reload: {f}")
+        # The unknown user's decoy check, then one check each for late and early (the reload
+        # emptied the login cache), then late again from the cache.
+        delta = [b - a for a, b in zip(before, self.login_counts())]
+        check(delta == [3, 1, 1, 0], f"spill login metrics moved by {delta}, "
+              f"not [3, 1, 1, 0] for {self.LOGIN_FAMILIES}")
 
     def spill_rows(self):
         out = self.ctl("spill").stdout
